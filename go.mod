@@ -1,0 +1,3 @@
+module github.com/a2-runtime/a2
+
+go 1.26
