@@ -1,0 +1,145 @@
+package protocol
+
+import "encoding/json"
+
+// Payloads of the built-in events other than ai.control.requested (Command).
+// docs/protocol.md lists each with its JSON shape and who may write it.
+
+// Decided is the payload of ai.control.decided, the receipt of one command.
+type Decided = Receipt
+
+// MessageCreated is the payload of ai.message.created: the control lane
+// admitted a pending input into the transcript. It refers to the command
+// that sent the input (and the edit that last changed it) and never copies
+// the content (R-LOG-12). TurnID is set on the input that starts a turn.
+type MessageCreated struct {
+	MessageID   string `json:"messageId"`
+	CommandID   string `json:"commandId"`
+	EditID      string `json:"editId,omitempty"`
+	TurnID      string `json:"turnId,omitempty"`
+	Generate    bool   `json:"generate"`
+	AfterStepOf string `json:"afterStepOf,omitempty"`
+}
+
+// MessageInterrupted is the payload of ai.message.interrupted (R-STOP-06):
+// exactly one of RequestID (before the generation starts) and GenerationID
+// (after) names the owner.
+type MessageInterrupted struct {
+	MessageID     string `json:"messageId"`
+	RequestID     string `json:"requestId,omitempty"`
+	GenerationID  string `json:"generationId,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	LastSeenIndex *int64 `json:"lastSeenIndex,omitempty"`
+}
+
+// Generation request reasons.
+const (
+	RequestTurn     = "turn"
+	RequestContinue = "continue"
+	RequestRetry    = "retry"
+	RequestResume   = "resume"
+)
+
+// GenerationRequested is the payload of ai.generation.requested. The event's
+// own ID is the request ID; the first request of a response has
+// ResponseMessageID equal to its own ID (R-LOG-08).
+type GenerationRequested struct {
+	ResponseMessageID  string `json:"responseMessageId"`
+	TurnID             string `json:"turnId"`
+	Reason             string `json:"reason"`
+	SourceGenerationID string `json:"sourceGenerationId,omitempty"`
+	Version            int    `json:"version,omitempty"`
+}
+
+// GenerationStarted is the payload of ai.generation.started. Model is
+// omitted when the model resolver failed (R-GEN-16).
+type GenerationStarted struct {
+	GenerationID string `json:"generationId"`
+	RequestID    string `json:"requestId"`
+	Attempt      int    `json:"attempt"`
+	Model        string `json:"model,omitempty"`
+}
+
+// GenerationProgress is the payload of ai.generation.progress: a batch of
+// chunks whose first has the 0-based index FromIndex in the generation's
+// chunk stream. The fold applies only chunks it has not applied yet.
+type GenerationProgress struct {
+	GenerationID string           `json:"generationId"`
+	FromIndex    int              `json:"fromIndex"`
+	Chunks       []UIMessageChunk `json:"chunks"`
+}
+
+// GenerationCompleted is the payload of ai.generation.completed.
+type GenerationCompleted struct {
+	GenerationID       string `json:"generationId"`
+	Usage              *Usage `json:"usage,omitempty"`
+	InputTokenEstimate int64  `json:"inputTokenEstimate,omitempty"`
+	FinishReason       string `json:"finishReason,omitempty"`
+}
+
+// GenerationFailed is the payload of ai.generation.failed. A stepLimit
+// failure names the request that maxSteps refused instead of a generation.
+type GenerationFailed struct {
+	GenerationID string `json:"generationId,omitempty"`
+	RequestID    string `json:"requestId,omitempty"`
+	Message      string `json:"message"`
+	StepLimit    bool   `json:"stepLimit,omitempty"`
+}
+
+// GenerationSuperseded is the payload of ai.generation.superseded: an attempt
+// that will not finish (its claim lapsed, or Pause now cancelled it). Its
+// partial output is removed; the request stays and a new attempt runs it.
+type GenerationSuperseded struct {
+	GenerationID string `json:"generationId"`
+	RequestID    string `json:"requestId"`
+	Attempt      int    `json:"attempt"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+// RetryRequested is the payload of ai.retry.requested (R-RETRY-01).
+type RetryRequested struct {
+	MessageID         string `json:"messageId"`
+	ResponseMessageID string `json:"responseMessageId"`
+	RetryID           string `json:"retryId"`
+}
+
+// ToolExecutionRequested is the payload of ai.tool.execution.requested, the
+// work event of one tool call (R-TOOL-23).
+type ToolExecutionRequested struct {
+	ToolCallID   string          `json:"toolCallId"`
+	ToolName     string          `json:"toolName"`
+	Input        json.RawMessage `json:"input"`
+	GenerationID string          `json:"generationId"`
+	TurnID       string          `json:"turnId"`
+	Version      int             `json:"version"`
+}
+
+// ToolExecutionCompleted is the payload of ai.tool.execution.completed: the
+// terminal outcome of a tool call, exactly one of Output and ErrorText.
+type ToolExecutionCompleted struct {
+	ToolCallID   string          `json:"toolCallId"`
+	GenerationID string          `json:"generationId"`
+	Version      int             `json:"version"`
+	Output       json.RawMessage `json:"output,omitempty"`
+	ErrorText    string          `json:"errorText,omitempty"`
+}
+
+// SessionClosed is the payload of ai.session.closed.
+type SessionClosed struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// SessionCreated is the payload of ai.session.created.
+type SessionCreated struct {
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only called with payload structs of this package, which always
+		// marshal.
+		panic("protocol: marshal " + err.Error())
+	}
+	return b
+}

@@ -1,0 +1,572 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// The transcript tests: each file under testdata/ is one behaviour, written
+// as commands and the events and state they produce. `go test ./protocol
+// -rewrite` regenerates the expected output; review the diff.
+//
+// Commands (arguments are key=value; message text is the command's input):
+//
+//	new [max-steps=N] [deferred=tool,...]      start a session "s1"
+//	send id=ID [role=R] [generate=false] [trusted]   (text in input)
+//	steer id=ID turn=T|null [last=N]           (text in input)
+//	edit id=ID input=ID [role=R] [trusted]     (text in input)
+//	move id=ID input=ID before=ID|null
+//	remove id=ID input=ID
+//	send-now id=ID input=ID turn=T|null [last=N]
+//	stop id=ID turn=T [last=N]
+//	pause id=ID when=now|after-turn ; resume id=ID
+//	interrupt id=ID message=M (request=R|generation=G) [reason=..] [last=N]
+//	retry id=ID message=M response=R retry=X
+//	approve id=ID approval=A request=R generation=G [deny] [reason=..]
+//	respond id=ID input=I request=R generation=G     (value in input)
+//	request-input id=ID input=I request=R generation=G
+//	tool-result id=ID call=C generation=G [error]    (output in input)
+//	command [trusted]                          raw ai.control.requested payload in input, id=ID
+//	start gen=G [request=R] [attempt=N] [model=M]
+//	progress gen=G [from=N]                    chunks in input, one per line
+//	complete gen=G ; fail gen=G (message in input) ; supersede gen=G [request=R]
+//	tool-done call=C gen=G [version=N] [error]       (output in input)
+//	close ; created
+//	state [fields=a,b]                         print state fields
+//	messages ; inbox
+//
+// Every command that appends prints the appended events with A2's IDs
+// replaced by aliases (T1.. turns, R1.. requests), followed by the status.
+// After each command the harness checks the invariants of checkInvariants.
+
+var a2IDPattern = regexp.MustCompile(`a2\.ai:[a-z2-7]{26}`)
+
+type transcript struct {
+	t       *testing.T
+	policy  Policy
+	session string
+	log     []Event
+	state   *AIState
+	alias   map[string]string // a2 ID -> alias
+	real    map[string]string // alias -> a2 ID
+	counts  map[string]int
+}
+
+func newTranscript(t *testing.T) *transcript {
+	tr := &transcript{t: t, session: "s1", state: NewAIState(),
+		alias: map[string]string{}, real: map[string]string{}, counts: map[string]int{}}
+	return tr
+}
+
+func (tr *transcript) name(id, prefix string) {
+	if _, ok := tr.alias[id]; ok || !IsA2ID(id) {
+		return
+	}
+	tr.counts[prefix]++
+	a := fmt.Sprintf("%s%d", prefix, tr.counts[prefix])
+	tr.alias[id] = a
+	tr.real[a] = id
+}
+
+func (tr *transcript) resolve(v string) string {
+	if id, ok := tr.real[v]; ok {
+		return id
+	}
+	return v
+}
+
+func (tr *transcript) show(b []byte) string {
+	return a2IDPattern.ReplaceAllStringFunc(string(b), func(id string) string {
+		if a, ok := tr.alias[id]; ok {
+			return a
+		}
+		return "a2"
+	})
+}
+
+// append appends events to the log (assigning indexes) and folds them.
+func (tr *transcript) append(evs ...Event) error {
+	for _, ev := range evs {
+		ev.Session = tr.session
+		ev.Index = uint64(len(tr.log) + 1)
+		if err := Fold(tr.state, ev); err != nil {
+			return err
+		}
+		tr.log = append(tr.log, ev)
+		switch ev.Type {
+		case TypeGenerationRequested:
+			tr.name(ev.ID, "R")
+		case TypeMessageCreated:
+			var p MessageCreated
+			_ = json.Unmarshal(ev.Payload, &p)
+			tr.name(p.TurnID, "T")
+		}
+	}
+	return nil
+}
+
+func (tr *transcript) format(evs []Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		id := ev.ID
+		if IsA2ID(id) {
+			if a, ok := tr.alias[id]; ok {
+				id = a
+			} else {
+				id = "a2"
+			}
+		}
+		fmt.Fprintf(&b, "%s %s %s\n", ev.Type, id, tr.show(ev.Payload))
+	}
+	fmt.Fprintf(&b, "status: %s", tr.state.Status)
+	if a := tr.state.Active; a != nil {
+		fmt.Fprintf(&b, " active: %s %s", tr.alias[a.TurnID], a.Phase)
+	}
+	if tr.state.Inbox.Paused {
+		b.WriteString(" paused")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// command validates a command at ingress, appends it with its decision and
+// effects, and returns what was appended (or the validation error).
+func (tr *transcript) command(id string, c Command, trust Trust) string {
+	ev := Event{ID: id, Type: TypeControlRequested, Payload: mustJSON(c), Session: tr.session}
+	return tr.commandEvent(ev, trust)
+}
+
+func (tr *transcript) commandEvent(ev Event, trust Trust) string {
+	if _, err := ValidateCommand(ev, trust); err != nil {
+		return "error: " + err.Error() + "\n"
+	}
+	out, err := Decide(tr.policy, tr.state, ev)
+	if err != nil {
+		return "decide error: " + err.Error() + "\n"
+	}
+	all := append([]Event{ev}, out...)
+	if err := tr.append(all...); err != nil {
+		return "fold error: " + err.Error() + "\n"
+	}
+	return tr.format(all)
+}
+
+// worker appends an event of the generation lane or a tool handler, then
+// runs the control lane's Step on the result.
+func (tr *transcript) worker(ev Event) string {
+	if err := tr.append(ev); err != nil {
+		return "fold error: " + err.Error() + "\n"
+	}
+	evs := []Event{ev}
+	more, err := Step(tr.policy, tr.state)
+	if err != nil {
+		return "step error: " + err.Error() + "\n"
+	}
+	if err := tr.append(more...); err != nil {
+		return "fold error: " + err.Error() + "\n"
+	}
+	return tr.format(append(evs, more...))
+}
+
+func arg(d *datadriven.TestData, key string) (string, bool) {
+	for _, a := range d.CmdArgs {
+		if a.Key == key {
+			if len(a.Vals) == 0 {
+				return "", true
+			}
+			return strings.Join(a.Vals, ","), true
+		}
+	}
+	return "", false
+}
+
+func (tr *transcript) str(d *datadriven.TestData, key string) string {
+	v, _ := arg(d, key)
+	return tr.resolve(v)
+}
+
+func (tr *transcript) optTurn(d *datadriven.TestData) *string {
+	v, ok := arg(d, "turn")
+	if !ok || v == "null" {
+		return nil
+	}
+	v = tr.resolve(v)
+	return &v
+}
+
+func optInt(d *datadriven.TestData, key string) *int64 {
+	v, ok := arg(d, key)
+	if !ok {
+		return nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		d.Fatalf(nil, "%s: %v", key, err)
+	}
+	return &n
+}
+
+func textMessage(id, role, text string) *UIMessage {
+	if role == "" {
+		role = RoleUser
+	}
+	return &UIMessage{ID: id, Role: role, Parts: []Part{{Type: PartText, Text: strings.TrimSpace(text)}}}
+}
+
+func trustOf(d *datadriven.TestData) Trust {
+	if _, ok := arg(d, "trusted"); ok {
+		return Trusted
+	}
+	return Untrusted
+}
+
+func (tr *transcript) run(t *testing.T, d *datadriven.TestData) string {
+	id := tr.str(d, "id")
+	role, _ := arg(d, "role")
+	var out string
+	switch d.Cmd {
+	case "new":
+		tr.policy = Policy{}
+		if n := optInt(d, "max-steps"); n != nil {
+			tr.policy.MaxSteps = int(*n)
+		}
+		if v, ok := arg(d, "deferred"); ok {
+			tr.policy.DeferredTools = map[string]bool{}
+			for _, name := range strings.Split(v, ",") {
+				tr.policy.DeferredTools[name] = true
+			}
+		}
+		return "ok\n"
+	case "created":
+		out = tr.worker(Event{ID: "created-" + tr.session, Type: TypeSessionCreated, Payload: json.RawMessage(`{}`)})
+	case "close":
+		out = tr.worker(Event{ID: fmt.Sprintf("closed-%d", len(tr.log)), Type: TypeSessionClosed, Payload: json.RawMessage(`{}`)})
+	case "send":
+		c := Command{Action: ActionSend, Message: textMessage(id, role, d.Input)}
+		if v, ok := arg(d, "generate"); ok && v == "false" {
+			f := false
+			c.Generate = &f
+		}
+		out = tr.command(id, c, trustOf(d))
+	case "steer":
+		out = tr.command(id, Command{Action: ActionSteer, Message: textMessage(id, role, d.Input), TurnID: tr.optTurn(d), LastSeenIndex: optInt(d, "last")}, trustOf(d))
+	case "edit":
+		out = tr.command(id, Command{Action: ActionEdit, Message: textMessage(tr.str(d, "input"), role, d.Input)}, trustOf(d))
+	case "move":
+		c := Command{Action: ActionMove, InputID: tr.str(d, "input")}
+		if v, ok := arg(d, "before"); ok && v != "null" {
+			v = tr.resolve(v)
+			c.BeforeID = &v
+		}
+		out = tr.command(id, c, trustOf(d))
+	case "remove":
+		out = tr.command(id, Command{Action: ActionRemove, InputID: tr.str(d, "input")}, trustOf(d))
+	case "send-now":
+		c := Command{Action: ActionSendNow, InputID: tr.str(d, "input"), LastSeenIndex: optInt(d, "last")}
+		payload := mustJSON(c)
+		// send-now requires turnId, null when idle.
+		var m map[string]any
+		_ = json.Unmarshal(payload, &m)
+		if t := tr.optTurn(d); t != nil {
+			m["turnId"] = *t
+		} else {
+			m["turnId"] = nil
+		}
+		out = tr.commandEvent(Event{ID: id, Type: TypeControlRequested, Payload: mustJSON(m), Session: tr.session}, trustOf(d))
+	case "stop":
+		out = tr.command(id, Command{Action: ActionStop, TurnID: tr.optTurn(d), LastSeenIndex: optInt(d, "last")}, trustOf(d))
+	case "pause":
+		w, _ := arg(d, "when")
+		out = tr.command(id, Command{Action: ActionPause, When: w}, trustOf(d))
+	case "resume":
+		out = tr.command(id, Command{Action: ActionResume}, trustOf(d))
+	case "interrupt":
+		reason, _ := arg(d, "reason")
+		out = tr.command(id, Command{Action: ActionInterrupt, MessageID: tr.str(d, "message"), RequestID: tr.str(d, "request"),
+			GenerationID: tr.str(d, "generation"), Reason: strings.ReplaceAll(reason, "_", " "), LastSeenIndex: optInt(d, "last")}, trustOf(d))
+	case "retry":
+		out = tr.command(id, Command{Action: ActionRetry, MessageID: tr.str(d, "message"), ResponseMessageID: tr.str(d, "response"), RetryID: tr.str(d, "retry")}, trustOf(d))
+	case "approve":
+		_, deny := arg(d, "deny")
+		approved := !deny
+		reason, _ := arg(d, "reason")
+		out = tr.command(id, Command{Action: ActionApproval, ApprovalID: tr.str(d, "approval"), ToolCallID: tr.str(d, "call"), Approved: &approved,
+			Reason: reason, RequestID: tr.str(d, "request"), GenerationID: tr.str(d, "generation")}, trustOf(d))
+	case "respond":
+		out = tr.command(id, Command{Action: ActionInput, InputID: tr.str(d, "input"), Value: rawOr(d.Input, "null"),
+			RequestID: tr.str(d, "request"), GenerationID: tr.str(d, "generation")}, trustOf(d))
+	case "request-input":
+		out = tr.command(id, Command{Action: ActionRequestInput, InputID: tr.str(d, "input"), Request: rawOr(d.Input, "{}"),
+			RequestID: tr.str(d, "request"), GenerationID: tr.str(d, "generation")}, trustOf(d))
+	case "tool-result":
+		c := Command{Action: ActionToolResult, ToolCallID: tr.str(d, "call"), GenerationID: tr.str(d, "generation")}
+		if _, ok := arg(d, "error"); ok {
+			c.ErrorText = strings.TrimSpace(d.Input)
+		} else {
+			c.Output = rawOr(d.Input, "null")
+		}
+		out = tr.command(id, c, trustOf(d))
+	case "command":
+		out = tr.commandEvent(Event{ID: id, Type: TypeControlRequested, Payload: json.RawMessage(strings.TrimSpace(d.Input)), Session: tr.session}, trustOf(d))
+	case "start":
+		req := tr.str(d, "request")
+		if req == "" {
+			req = tr.state.ActiveRequestID
+		}
+		attempt := 1
+		if n := optInt(d, "attempt"); n != nil {
+			attempt = int(*n)
+		}
+		model, _ := arg(d, "model")
+		gen := tr.str(d, "gen")
+		out = tr.worker(Event{ID: "ev-start-" + gen + "-" + strconv.Itoa(attempt), Type: TypeGenerationStarted,
+			Payload: mustJSON(GenerationStarted{GenerationID: gen, RequestID: req, Attempt: attempt, Model: model})})
+	case "progress":
+		gen := tr.str(d, "gen")
+		chunks := parseChunks(t, d)
+		from := 0
+		if pr := tr.state.ActiveProjection; pr != nil && pr.GenerationID == gen {
+			from = pr.Chunks
+		}
+		if n := optInt(d, "from"); n != nil {
+			from = int(*n)
+		}
+		out = tr.worker(Event{ID: fmt.Sprintf("ev-progress-%s-%d-%d", gen, from, len(tr.log)), Type: TypeGenerationProgress,
+			Payload: mustJSON(GenerationProgress{GenerationID: gen, FromIndex: from, Chunks: chunks})})
+	case "complete":
+		gen := tr.str(d, "gen")
+		out = tr.worker(Event{ID: "ev-complete-" + gen + "-" + strconv.Itoa(len(tr.log)), Type: TypeGenerationCompleted,
+			Payload: mustJSON(GenerationCompleted{GenerationID: gen, Usage: &Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, FinishReason: "stop"})})
+	case "fail":
+		gen := tr.str(d, "gen")
+		out = tr.worker(Event{ID: "ev-fail-" + gen + "-" + strconv.Itoa(len(tr.log)), Type: TypeGenerationFailed,
+			Payload: mustJSON(GenerationFailed{GenerationID: gen, Message: strings.TrimSpace(d.Input)})})
+	case "supersede":
+		gen := tr.str(d, "gen")
+		out = tr.worker(Event{ID: "ev-supersede-" + gen + "-" + strconv.Itoa(len(tr.log)), Type: TypeGenerationSuperseded,
+			Payload: mustJSON(GenerationSuperseded{GenerationID: gen, RequestID: tr.str(d, "request")})})
+	case "tool-done":
+		p := ToolExecutionCompleted{ToolCallID: tr.str(d, "call"), GenerationID: tr.str(d, "gen")}
+		if n := optInt(d, "version"); n != nil {
+			p.Version = int(*n)
+		} else if tl, ok := tr.state.Tools[p.ToolCallID]; ok {
+			p.Version = tl.Version
+		}
+		if _, ok := arg(d, "error"); ok {
+			p.ErrorText = strings.TrimSpace(d.Input)
+		} else {
+			p.Output = rawOr(d.Input, "null")
+		}
+		out = tr.worker(Event{ID: fmt.Sprintf("ev-tool-%s-%d", p.ToolCallID, len(tr.log)), Type: TypeToolExecCompleted, Payload: mustJSON(p)})
+	case "state":
+		return tr.showState(d)
+	case "messages":
+		return tr.showMessages()
+	case "inbox":
+		return tr.showInbox()
+	default:
+		d.Fatalf(t, "unknown command %q", d.Cmd)
+	}
+	tr.checkInvariants(t, d.Pos)
+	return out
+}
+
+func rawOr(s, def string) json.RawMessage {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		s = def
+	}
+	return json.RawMessage(s)
+}
+
+// parseChunks reads one chunk per input line: a JSON object, or a short
+// form: "start-step", "finish-step", "text-start ID", "text-delta ID text",
+// "text-end ID", "reasoning-start ID", "reasoning-delta ID text",
+// "reasoning-end ID", "tool-start CALL NAME", "tool-delta CALL text",
+// "tool-call CALL NAME {json}", "provider-call CALL NAME {json}",
+// "tool-approval CALL APPROVAL", "tool-output CALL {json}".
+func parseChunks(t *testing.T, d *datadriven.TestData) []UIMessageChunk {
+	var out []UIMessageChunk
+	for _, line := range strings.Split(d.Input, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if strings.HasPrefix(line, "{") {
+			var c UIMessageChunk
+			if err := json.Unmarshal([]byte(line), &c); err != nil {
+				d.Fatalf(t, "chunk %q: %v", line, err)
+			}
+			out = append(out, c)
+			continue
+		}
+		f := strings.SplitN(line, " ", 3)
+		get := func(i int) string {
+			if i < len(f) {
+				return f[i]
+			}
+			return ""
+		}
+		c := UIMessageChunk{Type: f[0]}
+		switch f[0] {
+		case ChunkStartStep, ChunkFinishStep, ChunkStart, ChunkFinish:
+		case ChunkTextStart, ChunkTextEnd, ChunkReasoningStart, ChunkReasoningEnd:
+			c.ID = get(1)
+		case ChunkTextDelta, ChunkReasoningDelta:
+			c.ID, c.Delta = get(1), get(2)
+		case "tool-start":
+			c = UIMessageChunk{Type: ChunkToolInputStart, ToolCallID: get(1), ToolName: get(2)}
+		case "tool-delta":
+			c = UIMessageChunk{Type: ChunkToolInputDelta, ToolCallID: get(1), InputTextDelta: get(2)}
+		case "tool-call", "provider-call":
+			rest := strings.SplitN(get(2), " ", 2)
+			c = UIMessageChunk{Type: ChunkToolInputAvailable, ToolCallID: get(1), ToolName: rest[0], Input: json.RawMessage(`{}`)}
+			if len(rest) > 1 {
+				c.Input = json.RawMessage(rest[1])
+			}
+			if f[0] == "provider-call" {
+				yes := true
+				c.ProviderExec = &yes
+			}
+		case "tool-approval":
+			c = UIMessageChunk{Type: ChunkToolApproval, ToolCallID: get(1), ApprovalID: get(2)}
+		case "tool-output":
+			c = UIMessageChunk{Type: ChunkToolOutput, ToolCallID: get(1), Output: json.RawMessage(get(2))}
+		default:
+			d.Fatalf(t, "unknown chunk form %q", line)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func (tr *transcript) showState(d *datadriven.TestData) string {
+	b, err := MarshalState(tr.state)
+	if err != nil {
+		d.Fatalf(tr.t, "marshal: %v", err)
+	}
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	fields, ok := arg(d, "fields")
+	var keys []string
+	if ok {
+		keys = strings.Split(fields, ",")
+	} else {
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+	}
+	var out strings.Builder
+	for _, k := range keys {
+		v, ok := m[k]
+		if !ok {
+			v = json.RawMessage("<absent>")
+		}
+		var buf bytes.Buffer
+		if json.Compact(&buf, v) != nil {
+			buf.Write(v)
+		}
+		fmt.Fprintf(&out, "%s: %s\n", k, tr.show(buf.Bytes()))
+	}
+	return out.String()
+}
+
+func partsText(parts []Part) string {
+	var segs []string
+	for _, p := range parts {
+		switch {
+		case p.Type == PartText || p.Type == PartReasoning:
+			segs = append(segs, fmt.Sprintf("%s(%q)", p.Type, p.Text))
+		case p.IsToolPart():
+			s := fmt.Sprintf("%s[%s %s", p.Type, p.ToolCallID, p.State)
+			if len(p.Output) > 0 {
+				s += " " + string(p.Output)
+			}
+			if p.ErrorText != "" {
+				s += fmt.Sprintf(" %q", p.ErrorText)
+			}
+			segs = append(segs, s+"]")
+		case p.Type == PartCompaction:
+			segs = append(segs, p.Type+string(p.Data))
+		default:
+			segs = append(segs, p.Type)
+		}
+	}
+	return strings.Join(segs, " ")
+}
+
+func (tr *transcript) showMessages() string {
+	var b strings.Builder
+	for _, m := range tr.state.Messages {
+		fmt.Fprintf(&b, "%s %s: %s\n", tr.show([]byte(m.ID)), m.Role, partsText(m.Parts))
+	}
+	if b.Len() == 0 {
+		return "(none)\n"
+	}
+	return b.String()
+}
+
+func (tr *transcript) showInbox() string {
+	var b strings.Builder
+	if tr.state.Inbox.Paused {
+		b.WriteString("paused\n")
+	}
+	for _, it := range tr.state.Inbox.Items {
+		fmt.Fprintf(&b, "%s %s generate=%v", it.ID, it.Role, it.Generate)
+		if it.AfterStepOf != "" {
+			fmt.Fprintf(&b, " afterStepOf=%s", tr.show([]byte(it.AfterStepOf)))
+		}
+		fmt.Fprintf(&b, ": %s\n", partsText(it.Message.Parts))
+	}
+	if b.Len() == 0 {
+		return "(empty)\n"
+	}
+	return b.String()
+}
+
+// checkInvariants holds after every command of every transcript: the
+// incremental state equals a fresh fold of the whole log byte for byte, a
+// snapshot round-trips, and the structural invariants of checkState hold.
+func (tr *transcript) checkInvariants(t *testing.T, pos string) {
+	t.Helper()
+	fresh := NewAIState()
+	for _, ev := range tr.log {
+		if err := Fold(fresh, ev); err != nil {
+			t.Fatalf("%s: refold: %v", pos, err)
+		}
+	}
+	a, _ := MarshalState(tr.state)
+	b, _ := MarshalState(fresh)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("%s: incremental state differs from a fresh fold:\n%s\n%s", pos, a, b)
+	}
+	restored, err := UnmarshalState(a)
+	if err != nil {
+		t.Fatalf("%s: restore snapshot: %v", pos, err)
+	}
+	c, _ := MarshalState(restored)
+	if !bytes.Equal(a, c) {
+		t.Fatalf("%s: snapshot does not round-trip", pos)
+	}
+	if err := checkState(tr.log, tr.state); err != nil {
+		t.Fatalf("%s: %v", pos, err)
+	}
+}
+
+func TestTranscripts(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		tr := newTranscript(t)
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return tr.run(t, d)
+		})
+	})
+}
