@@ -369,7 +369,7 @@ func (e *emitter) due(p Policy) string {
 // (R-STEER-06). A failed turn is settled already (OQ-10a).
 func (s *AIState) atStepBoundary(p Policy) bool {
 	a := s.Active
-	if a.Failed {
+	if a.Failed || a.Yield {
 		return true
 	}
 	g := s.ActiveGeneration

@@ -220,6 +220,9 @@ func (s *AIState) applyCommand(id string, c *Command) {
 		s.Inbox.Paused = false
 		if a := s.Active; a != nil && a.Phase != PhaseRunning {
 			a.Phase = PhaseRunning
+			if len(s.Inbox.Items) > 0 && s.Inbox.Items[0].AfterStepOf == a.TurnID {
+				a.Yield = true
+			}
 		}
 	case ActionApproval:
 		s.applyApproval(c)

@@ -137,6 +137,10 @@ type Turn struct {
 	// Settling lists the owners cancelled by Pause now that have not yet
 	// reported that they stopped: generation IDs and "tool:<toolCallId>".
 	Settling []string `json:"settling,omitempty"`
+	// Yield is set when Resume finds steering for a turn paused with Pause
+	// now: the turn hands off to it instead of resuming its own work
+	// (R-STEER-12, R-PAUSE-10).
+	Yield bool `json:"yield,omitempty"`
 }
 
 // TurnInput identifies the admitted input of a turn.

@@ -1,0 +1,400 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Schema validates a JSON value, typically a compiled JSON Schema. The
+// protocol package declares the seam and imports no validator; tools and
+// runtime packages adapt a maintained JSON Schema library to it.
+type Schema interface {
+	Validate(value json.RawMessage) error
+}
+
+// SchemaFunc adapts a function to Schema.
+type SchemaFunc func(json.RawMessage) error
+
+// Validate calls f.
+func (f SchemaFunc) Validate(v json.RawMessage) error { return f(v) }
+
+// ConfigError is a construction-time error: an option that cannot work,
+// named with where it belongs. It is the Go form of the reference's
+// TypeError at construction (OQ-40).
+type ConfigError struct {
+	Option  string
+	Message string
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("a2: option %s: %s", e.Option, e.Message) }
+
+func configErr(option, format string, args ...any) error {
+	return &ConfigError{Option: option, Message: fmt.Sprintf(format, args...)}
+}
+
+// AppReducer is an application reducer folded after the AI fold
+// (R-CONTRACT-06, R-CONTRACT-07). Build one with NewReducer.
+type AppReducer interface {
+	// Name is the reducer's snapshot identity: rename it when Fold changes.
+	Name() string
+	initial() any
+	fold(state any, ev Event) (any, error)
+	decode(b json.RawMessage) (any, error)
+}
+
+// NewReducer builds an application reducer over state type X. fold sees X
+// and every event of the log, built-in and application alike, never the
+// transcript; it must be pure (deterministic, no I/O) and must not modify
+// the state it is given in place when X holds references (return a new
+// value instead). X must encode to a JSON object.
+func NewReducer[X any](name string, initial X, fold func(X, Event) X) AppReducer {
+	return &reducer[X]{name: name, init: initial, f: fold}
+}
+
+type reducer[X any] struct {
+	name string
+	init X
+	f    func(X, Event) X
+}
+
+func (r *reducer[X]) Name() string { return r.name }
+func (r *reducer[X]) initial() any { return r.init }
+func (r *reducer[X]) fold(state any, ev Event) (any, error) {
+	x, ok := state.(X)
+	if !ok {
+		return nil, fmt.Errorf("protocol: reducer %s: state has type %T", r.name, state)
+	}
+	return r.f(x, ev), nil
+}
+func (r *reducer[X]) decode(b json.RawMessage) (any, error) {
+	var x X
+	if err := json.Unmarshal(b, &x); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// ContractOptions are the options of AgentContract.
+type ContractOptions struct {
+	// Name names the contract (and the agent serving it).
+	Name string
+	// Events are the application events: type name to payload schema. A nil
+	// schema accepts any JSON payload.
+	Events map[string]Schema
+	// MessageSchema validates the messages that commands carry, for a
+	// narrower message type (R-CONTRACT-05).
+	MessageSchema Schema
+	// Reducer is the optional application reducer.
+	Reducer AppReducer
+	// ServerOnlyEvents marks Events as server-only: browsers may not push
+	// them. agent({name, events}) contracts are built this way
+	// (R-CONTRACT-12).
+	ServerOnlyEvents bool
+}
+
+// Contract is the built-in AI protocol plus application events and an
+// optional application reducer (R-CONTRACT-01). Only AgentContract builds
+// one.
+type Contract struct {
+	opts  ContractOptions
+	built bool
+}
+
+// aiStateKeys are the JSON keys of AIState, which application state keys may
+// not shadow (R-CONTRACT-03).
+var aiStateKeys = func() map[string]bool {
+	b, _ := json.Marshal(NewAIState())
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	keys := map[string]bool{}
+	for k := range m {
+		keys[k] = true
+	}
+	// Optional keys that the empty state omits.
+	for _, k := range []string{"activeRequestId", "activeRequestReason", "activeRequestSourceGenerationId",
+		"activeResponseMessageId", "activeProjection", "terminalRequestIds", "terminalGenerations"} {
+		keys[k] = true
+	}
+	return keys
+}()
+
+// AgentContract builds a contract (R-CONTRACT-01). It returns a
+// *ConfigError when an application event uses a built-in name
+// (R-CONTRACT-04) or the reducer's initial state is not a JSON object or
+// has a key that AIState also has (R-CONTRACT-03).
+func AgentContract(o ContractOptions) (*Contract, error) {
+	if strings.TrimSpace(o.Name) == "" {
+		return nil, configErr("name", "is required")
+	}
+	for _, name := range sortedKeys(o.Events) {
+		if name == "" {
+			return nil, configErr("events", "an event type name is empty")
+		}
+		if IsBuiltinType(name) {
+			return nil, configErr("events", "%q is in the built-in \"ai.\" namespace and cannot be replaced", name)
+		}
+	}
+	if r := o.Reducer; r != nil {
+		if strings.TrimSpace(r.Name()) == "" {
+			return nil, configErr("reducer.name", "is required")
+		}
+		b, err := json.Marshal(r.initial())
+		if err != nil {
+			return nil, configErr("reducer.initialState", "does not encode as JSON: %v", err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil || m == nil {
+			return nil, configErr("reducer.initialState", "must encode as a JSON object")
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if aiStateKeys[k] {
+				return nil, configErr("reducer.initialState", "key %q shadows the AIState key of the same name", k)
+			}
+		}
+	}
+	return &Contract{opts: o, built: true}, nil
+}
+
+// Name returns the contract's name.
+func (c *Contract) Name() string { return c.opts.Name }
+
+// Reducer returns the application reducer, or nil.
+func (c *Contract) Reducer() AppReducer { return c.opts.Reducer }
+
+// ReducerName is the session state's snapshot identity (R-CONTRACT-09):
+// AIStateReducer without an application reducer, else
+// "<reducer name>+a2.ai.state.v27".
+func (c *Contract) ReducerName() string {
+	if c == nil || c.opts.Reducer == nil {
+		return AIStateReducer
+	}
+	return c.opts.Reducer.Name() + "+" + AIStateReducer
+}
+
+// HasEvent reports whether the contract declares an application event.
+func (c *Contract) HasEvent(typ string) bool {
+	_, ok := c.opts.Events[typ]
+	return ok
+}
+
+// ResolveContract is the contract rule of agent construction
+// (R-CONTRACT-12, R-CONTRACT-13): an agent takes a name or a contract,
+// never both; with a name it builds its own contract, whose events are
+// server-only; a contract must come from AgentContract.
+func ResolveContract(name string, contract *Contract, events map[string]Schema, messageSchema Schema) (*Contract, error) {
+	switch {
+	case name != "" && contract != nil:
+		return nil, configErr("name", "give name or contract, never both")
+	case contract != nil:
+		if !contract.built {
+			return nil, configErr("contract", "was not built by AgentContract; serve custom contracts with the core server")
+		}
+		if events != nil || messageSchema != nil {
+			return nil, configErr("events", "belong in the contract when a contract is given")
+		}
+		return contract, nil
+	case name != "":
+		return AgentContract(ContractOptions{Name: name, Events: events, MessageSchema: messageSchema, ServerOnlyEvents: true})
+	}
+	return nil, configErr("name", "an agent needs a name or a contract")
+}
+
+// ValidateHandlers checks the event names of application handlers
+// (R-CONTRACT-14): a handler may not name an event the agent handles itself
+// (any built-in "ai." event), and must name an event of the contract.
+func (c *Contract) ValidateHandlers(names []string) error {
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted)
+	for _, n := range sorted {
+		if IsBuiltinType(n) {
+			return configErr("handlers", "%q is handled by the agent itself", n)
+		}
+		if !c.HasEvent(n) {
+			return configErr("handlers", "%q is not an event of contract %q", n, c.Name())
+		}
+	}
+	return nil
+}
+
+// AcceptsContractFreeClient reports whether a contract-free client, which
+// folds only the built-in reducer, can follow a session of this reducer
+// name (R-CONTRACT-22).
+func AcceptsContractFreeClient(reducerName string) bool { return reducerName == AIStateReducer }
+
+// ErrUnknownEventType is returned (wrapped in a *ValidationError) for a
+// pushed event of a type the contract does not accept.
+var ErrUnknownEventType = errors.New("unknown event type")
+
+// ValidateIngress checks one event pushed by a client (Untrusted) or
+// appended by server code (Trusted), before anything is appended
+// (R-FETCH-02..04, R-FETCH-08, R-INPUT-19..25): caller ID rules, the type
+// (ai.control.requested, the contract's events, and for trusted appends
+// the session lifecycle events), the payload shape and schema, and the
+// trust rules. It never looks at session state.
+func (c *Contract) ValidateIngress(ev Event, trust Trust) error {
+	if err := ValidateCallerID("id", ev.ID); err != nil {
+		return err
+	}
+	if len(ev.Payload) == 0 {
+		return invalid("payload", "is required")
+	}
+	if !json.Valid(ev.Payload) {
+		return invalid("payload", "is not valid JSON")
+	}
+	switch {
+	case ev.Type == TypeControlRequested:
+		cmd, err := ValidateCommand(ev, trust)
+		if err != nil {
+			return err
+		}
+		if cmd.Message != nil && c != nil && c.opts.MessageSchema != nil {
+			if err := c.opts.MessageSchema.Validate(mustJSON(cmd.Message)); err != nil {
+				return invalid("payload.message", "does not match the contract's message schema: %v", err)
+			}
+		}
+		return nil
+	case ev.Type == TypeSessionCreated || ev.Type == TypeSessionClosed:
+		if trust != Trusted {
+			return invalid("type", "%q is a trusted server append; browser ingress refuses it", ev.Type)
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(ev.Payload, &m) != nil {
+			return invalid("payload", "must be a JSON object")
+		}
+		return nil
+	case IsBuiltinType(ev.Type):
+		return invalid("type", "%q is written by A2 itself and cannot be pushed", ev.Type)
+	case ev.Type == "":
+		return invalid("type", "is required")
+	}
+	if c == nil || !c.HasEvent(ev.Type) {
+		return &ValidationError{Field: "type", Message: fmt.Sprintf("%v %q", ErrUnknownEventType, ev.Type)}
+	}
+	if c.opts.ServerOnlyEvents && trust != Trusted {
+		return invalid("type", "%q is a server-only event of agent %q", ev.Type, c.Name())
+	}
+	if s := c.opts.Events[ev.Type]; s != nil {
+		if err := s.Validate(ev.Payload); err != nil {
+			return invalid("payload", "does not match the schema of %q: %v", ev.Type, err)
+		}
+	}
+	return nil
+}
+
+// SessionState is the state of a session: AIState merged with the
+// application state (R-CONTRACT-02). It encodes as one JSON object.
+type SessionState struct {
+	AI  *AIState
+	App any
+}
+
+// NewState returns the initial state of a session of contract c (nil for
+// the built-in contract).
+func (c *Contract) NewState() *SessionState {
+	st := &SessionState{AI: NewAIState()}
+	if c != nil && c.opts.Reducer != nil {
+		st.App = c.opts.Reducer.initial()
+	}
+	return st
+}
+
+// Fold applies one event: the AI fold, then the application fold
+// (R-CONTRACT-07), which sees every event (R-CONTRACT-06).
+func (c *Contract) Fold(st *SessionState, ev Event) error {
+	if err := Fold(st.AI, ev); err != nil {
+		return err
+	}
+	if c != nil && c.opts.Reducer != nil {
+		next, err := c.opts.Reducer.fold(st.App, ev)
+		if err != nil {
+			return err
+		}
+		st.App = next
+	}
+	return nil
+}
+
+// MarshalJSON merges the AI state and the application state into one
+// object. Keys never clash: AgentContract refuses a clashing initial state.
+func (st *SessionState) MarshalJSON() ([]byte, error) {
+	ai, err := json.Marshal(st.AI)
+	if err != nil {
+		return nil, err
+	}
+	if st.App == nil {
+		return ai, nil
+	}
+	app, err := json.Marshal(st.App)
+	if err != nil {
+		return nil, err
+	}
+	var a, b map[string]json.RawMessage
+	if err := json.Unmarshal(ai, &a); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(app, &b); err != nil {
+		return nil, fmt.Errorf("protocol: application state must encode as a JSON object: %w", err)
+	}
+	for k, v := range b {
+		if _, clash := a[k]; !clash {
+			a[k] = v
+		}
+	}
+	return json.Marshal(a)
+}
+
+// UnmarshalState decodes a session state encoded by SessionState.MarshalJSON
+// (a snapshot of this contract's reducer).
+func (c *Contract) UnmarshalState(b []byte) (*SessionState, error) {
+	ai, err := UnmarshalState(b)
+	if err != nil {
+		return nil, err
+	}
+	st := &SessionState{AI: ai}
+	if c != nil && c.opts.Reducer != nil {
+		if st.App, err = c.opts.Reducer.decode(b); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// DeriveUIMessages folds a raw event history into its transcript
+// (deriveUIMessages of the reference). It agrees with Fold by construction
+// (R-CONTRACT-18) and fails like it when an ai.message.created precedes its
+// command (R-LOG-13).
+func DeriveUIMessages(history []Event) ([]TranscriptMessage, error) {
+	s := NewAIState()
+	for _, ev := range history {
+		if err := Fold(s, ev); err != nil {
+			return nil, err
+		}
+	}
+	return s.Messages, nil
+}
+
+// Hydrate folds the events of history that come after a snapshot taken at
+// index `at` (R-CONTRACT-17, OQ-46): events at or before it are skipped, so
+// seen history never folds twice.
+func (c *Contract) Hydrate(st *SessionState, at uint64, history []Event) (uint64, error) {
+	for _, ev := range history {
+		if ev.Index != 0 && ev.Index <= at {
+			continue
+		}
+		if err := c.Fold(st, ev); err != nil {
+			return at, err
+		}
+		if ev.Index > at {
+			at = ev.Index
+		}
+	}
+	return at, nil
+}
