@@ -82,6 +82,32 @@ func Fold(s *AIState, ev Event) error {
 		if err = decodePayload(ev, &p); err == nil {
 			s.foldToolOutcome(p.ToolCallID, p.GenerationID, p.Version, p.Output, p.ErrorText)
 		}
+	case TypeCompactionRequested:
+		var p CompactionRequested
+		if err = decodePayload(ev, &p); err == nil {
+			s.foldCompactionRequested(p)
+		}
+	case TypeCompactionCompleted:
+		var p CompactionCompleted
+		if err = decodePayload(ev, &p); err == nil {
+			s.foldCompactionCompleted(p)
+		}
+	case TypeModelMetaRequested:
+		var p ModelMetadataRequested
+		if err = decodePayload(ev, &p); err == nil && p.Model != "" {
+			if _, ok := s.ModelMetadata[p.Model]; !ok {
+				s.ModelMetadata[p.Model] = ModelMetadata{Status: MetadataPending}
+			}
+		}
+	case TypeModelMetaResolved:
+		var p ModelMetadataResolved
+		if err = decodePayload(ev, &p); err == nil && p.Model != "" {
+			m := ModelMetadata{Status: MetadataResolved, ContextWindow: p.ContextWindow, MaxOutputTokens: p.MaxOutputTokens}
+			if p.Unavailable {
+				m = ModelMetadata{Status: MetadataUnavailable}
+			}
+			s.ModelMetadata[p.Model] = m
+		}
 	case TypeSessionCreated:
 		if s.Session.Status == SessionStatusNew {
 			s.Session.Status = SessionStatusOpen
@@ -427,12 +453,12 @@ func (s *AIState) closeResponse(responseID string, steered bool) {
 					s.Tools[part.ToolCallID] = t
 				}
 			case part.Type == PartCompaction:
-				setCompactionStatus(part, CompactionRunning, CompactionInterrupted)
+				setCompactionStatus(part, CompactionStatusRunning, CompactionStatusInterrupted)
 			}
 		}
 	}
-	if s.Compaction != nil && s.Compaction.Status == CompactionRunning {
-		s.Compaction.Status = CompactionInterrupted
+	if s.Compaction != nil && s.Compaction.Status == CompactionStatusRunning {
+		s.Compaction.Status = CompactionStatusInterrupted
 	}
 	for _, id := range sortedKeys(s.PendingApprovals) {
 		if t, ok := s.Tools[s.PendingApprovals[id].ToolCallID]; !ok || t.ResponseID == responseID {
@@ -647,12 +673,12 @@ func (s *AIState) foldFailed(p GenerationFailed) {
 		s.dropDrafts(msg, s.ActiveProjection.Base)
 		for i := range msg.Parts {
 			if msg.Parts[i].Type == PartCompaction && msg.Parts[i].ID == g.GenerationID {
-				setCompactionStatus(&msg.Parts[i], CompactionRunning, CompactionFailed)
+				setCompactionStatus(&msg.Parts[i], CompactionStatusRunning, CompactionStatusFailed)
 			}
 		}
 	}
-	if s.Compaction != nil && s.Compaction.GenerationID == g.GenerationID && s.Compaction.Status == CompactionRunning {
-		s.Compaction.Status = CompactionFailed
+	if s.Compaction != nil && s.Compaction.GenerationID == g.GenerationID && s.Compaction.Status == CompactionStatusRunning {
+		s.Compaction.Status = CompactionStatusFailed
 	}
 }
 
@@ -779,6 +805,56 @@ func (s *AIState) foldToolOutcome(toolCallID, generationID string, version int, 
 	s.applyChunk(msg, &Projection{ResponseMessageID: t.ResponseID}, c, -1)
 }
 
+// foldCompactionRequested appends a running compaction part to the active
+// response before the step it compacts for (R-COMPACT-29). The part counts
+// toward the step's recovery base, so Stop cut-offs, failures and retries
+// keep it (R-STOP-19).
+func (s *AIState) foldCompactionRequested(p CompactionRequested) {
+	g := s.streaming(p.GenerationID)
+	pr := s.ActiveProjection
+	if g == nil || pr == nil || pr.GenerationID != g.GenerationID || len(pr.Entries) > 0 {
+		return
+	}
+	msg := s.message(g.ResponseMessageID)
+	if msg == nil {
+		return
+	}
+	for _, part := range msg.Parts {
+		if part.Type == PartCompaction && part.ID == p.GenerationID {
+			return
+		}
+	}
+	data := CompactionData{Status: CompactionStatusRunning, InputTokens: p.InputTokens, ThresholdTokens: p.ThresholdTokens}
+	msg.Parts = append(msg.Parts, Part{Type: PartCompaction, ID: p.GenerationID, Data: mustJSON(data)})
+	pr.Base = len(msg.Parts)
+	s.Compaction = &CompactionState{GenerationID: p.GenerationID, Status: CompactionStatusRunning}
+}
+
+// foldCompactionCompleted settles a running compaction part in place with
+// its summary and usage (R-COMPACT-30). A part whose generation ended first
+// stays failed or interrupted.
+func (s *AIState) foldCompactionCompleted(p CompactionCompleted) {
+	for i := len(s.Messages) - 1; i >= 0; i-- {
+		msg := &s.Messages[i]
+		for k := range msg.Parts {
+			part := &msg.Parts[k]
+			if part.Type != PartCompaction || part.ID != p.GenerationID {
+				continue
+			}
+			var d CompactionData
+			if json.Unmarshal(part.Data, &d) != nil || d.Status != CompactionStatusRunning {
+				return
+			}
+			d.Status, d.Summary, d.Usage = CompactionStatusCompleted, p.Summary, p.Usage
+			part.Data = mustJSON(d)
+			if s.Compaction != nil && s.Compaction.GenerationID == p.GenerationID {
+				s.Compaction.Status = CompactionStatusCompleted
+			}
+			return
+		}
+	}
+}
+
 // foldClosed ends the session (OQ-34): the active response is interrupted,
 // a running compaction is interrupted, and no admission happens again.
 func (s *AIState) foldClosed() {
@@ -796,8 +872,8 @@ func (s *AIState) foldClosed() {
 		}
 		s.endTurn()
 	}
-	if s.Compaction != nil && s.Compaction.Status == CompactionRunning {
-		s.Compaction.Status = CompactionInterrupted
+	if s.Compaction != nil && s.Compaction.Status == CompactionStatusRunning {
+		s.Compaction.Status = CompactionStatusInterrupted
 	}
 }
 

@@ -168,7 +168,9 @@ func (inputs) Interrupt(o InterruptOptions) Event {
 
 // Edit changes a pending input; its ID is m.ID and stays fixed
 // (R-INPUT-10).
-func (queueInputs) Edit(m UIMessage) Event { return command("", Command{Action: ActionEdit, Message: &m}) }
+func (queueInputs) Edit(m UIMessage) Event {
+	return command("", Command{Action: ActionEdit, Message: &m})
+}
 
 // Move moves a pending input before beforeID; nil means the end
 // (R-INPUT-11).

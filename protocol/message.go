@@ -135,10 +135,10 @@ type CompactionData struct {
 
 // Compaction statuses.
 const (
-	CompactionRunning     = "running"
-	CompactionCompleted   = "completed"
-	CompactionFailed      = "failed"
-	CompactionInterrupted = "interrupted"
+	CompactionStatusRunning     = "running"
+	CompactionStatusCompleted   = "completed"
+	CompactionStatusFailed      = "failed"
+	CompactionStatusInterrupted = "interrupted"
 )
 
 // Usage is the token usage of one generation (OQ-38), in the AI SDK

@@ -143,3 +143,42 @@ func mustJSON(v any) json.RawMessage {
 	}
 	return b
 }
+
+// CompactionRequested is the payload of ai.compaction.requested (OQ-28),
+// written by the generation attempt before the step it compacts for. The
+// last three fields are recorded by automatic compaction only.
+type CompactionRequested struct {
+	GenerationID       string `json:"generationId"`
+	ResponseMessageID  string `json:"responseMessageId"`
+	InputTokenEstimate *int64 `json:"inputTokenEstimate,omitempty"`
+	InputTokens        *int64 `json:"inputTokens,omitempty"`
+	ThresholdTokens    *int64 `json:"thresholdTokens,omitempty"`
+}
+
+// CompactionCompleted is the payload of ai.compaction.completed.
+type CompactionCompleted struct {
+	GenerationID string `json:"generationId"`
+	Summary      string `json:"summary"`
+	Usage        *Usage `json:"usage,omitempty"`
+}
+
+// ModelMetadataRequested is the payload of ai.model.metadata.requested.
+type ModelMetadataRequested struct {
+	Model string `json:"model"`
+}
+
+// ModelMetadataResolved is the payload of ai.model.metadata.resolved: the
+// model's limits, or Unavailable when the catalog does not list it.
+type ModelMetadataResolved struct {
+	Model           string `json:"model"`
+	Unavailable     bool   `json:"unavailable,omitempty"`
+	ContextWindow   int64  `json:"contextWindow,omitempty"`
+	MaxOutputTokens int64  `json:"maxOutputTokens,omitempty"`
+}
+
+// Model metadata statuses.
+const (
+	MetadataPending     = "pending"
+	MetadataResolved    = "resolved"
+	MetadataUnavailable = "unavailable"
+)

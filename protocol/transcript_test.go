@@ -366,6 +366,36 @@ func (tr *transcript) run(t *testing.T, d *datadriven.TestData) string {
 			p.Output = rawOr(d.Input, "null")
 		}
 		out = tr.worker(Event{ID: fmt.Sprintf("ev-tool-%s-%d", p.ToolCallID, len(tr.log)), Type: TypeToolExecCompleted, Payload: mustJSON(p)})
+	case "compaction-requested":
+		p := CompactionRequested{GenerationID: tr.str(d, "gen"), InputTokens: optInt(d, "input"), ThresholdTokens: optInt(d, "threshold")}
+		if g := tr.state.ActiveGeneration; g != nil {
+			p.ResponseMessageID = g.ResponseMessageID
+		}
+		out = tr.worker(Event{ID: fmt.Sprintf("ev-compact-%s-%d", p.GenerationID, len(tr.log)), Type: TypeCompactionRequested, Payload: mustJSON(p)})
+	case "compaction-completed":
+		p := CompactionCompleted{GenerationID: tr.str(d, "gen"), Summary: strings.TrimSpace(d.Input), Usage: &Usage{InputTokens: 1000, OutputTokens: 50, TotalTokens: 1050}}
+		out = tr.worker(Event{ID: fmt.Sprintf("ev-compacted-%s-%d", p.GenerationID, len(tr.log)), Type: TypeCompactionCompleted, Payload: mustJSON(p)})
+	case "append-command":
+		// A command appended without its decision yet.
+		ev := Event{ID: id, Type: TypeControlRequested, Payload: json.RawMessage(strings.TrimSpace(d.Input))}
+		if err := tr.append(ev); err != nil {
+			return "fold error: " + err.Error() + "\n"
+		}
+		out = tr.format([]Event{ev})
+	case "metadata-requested":
+		model, _ := arg(d, "model")
+		out = tr.worker(Event{ID: fmt.Sprintf("ev-meta-%d", len(tr.log)), Type: TypeModelMetaRequested, Payload: mustJSON(ModelMetadataRequested{Model: model})})
+	case "metadata-resolved":
+		model, _ := arg(d, "model")
+		p := ModelMetadataResolved{Model: model}
+		if n := optInt(d, "context"); n != nil {
+			p.ContextWindow = *n
+		}
+		if n := optInt(d, "max-output"); n != nil {
+			p.MaxOutputTokens = *n
+		}
+		_, p.Unavailable = arg(d, "unavailable")
+		out = tr.worker(Event{ID: fmt.Sprintf("ev-meta-%d", len(tr.log)), Type: TypeModelMetaResolved, Payload: mustJSON(p)})
 	case "state":
 		return tr.showState(d)
 	case "messages":

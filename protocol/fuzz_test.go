@@ -1,0 +1,345 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// sim drives the pure core with a random sequence of client commands and
+// worker events, the way a session actor would: commands are validated,
+// decided and appended with their effects; worker events are appended and
+// followed by Step. It checks the invariants after every append.
+type sim struct {
+	log    []Event
+	state  *AIState
+	policy Policy
+	n      int
+	gens   int
+}
+
+func newSim() *sim { return &sim{state: NewAIState(), policy: Policy{MaxSteps: 4}} }
+
+func (s *sim) append(evs ...Event) error {
+	for _, ev := range evs {
+		ev.Session = "s1"
+		ev.Index = uint64(len(s.log) + 1)
+		before, _ := json.Marshal(ev)
+		if err := Fold(s.state, ev); err != nil {
+			return err
+		}
+		after, _ := json.Marshal(ev)
+		if !bytes.Equal(before, after) {
+			return fmt.Errorf("fold mutated event %s", ev.ID)
+		}
+		s.log = append(s.log, ev)
+	}
+	return nil
+}
+
+func (s *sim) command(c Command, trust Trust) error {
+	s.n++
+	id := "c" + strconv.Itoa(s.n)
+	if c.Message != nil {
+		c.Message.ID = id
+	}
+	ev := Event{ID: id, Type: TypeControlRequested, Payload: mustJSON(c), Session: "s1"}
+	if c.Action == ActionSendNow && c.TurnID == nil {
+		ev.Payload = append(ev.Payload[:len(ev.Payload)-1], []byte(`,"turnId":null}`)...)
+	}
+	if _, err := ValidateCommand(ev, trust); err != nil {
+		return nil // refused at ingress: nothing is appended
+	}
+	out, err := Decide(s.policy, s.state, ev)
+	if err != nil {
+		return err
+	}
+	if len(out) == 0 || out[0].Type != TypeControlDecided {
+		return fmt.Errorf("command %s: no receipt first in %v", id, out)
+	}
+	return s.append(append([]Event{ev}, out...)...)
+}
+
+// editCommand edits input m.ID (command's own ID differs from the message's).
+func (s *sim) editCommand(m *UIMessage) error {
+	s.n++
+	id := "c" + strconv.Itoa(s.n)
+	ev := Event{ID: id, Type: TypeControlRequested, Payload: mustJSON(Command{Action: ActionEdit, Message: m}), Session: "s1"}
+	if _, err := ValidateCommand(ev, Trusted); err != nil {
+		return nil
+	}
+	out, err := Decide(s.policy, s.state, ev)
+	if err != nil {
+		return err
+	}
+	return s.append(append([]Event{ev}, out...)...)
+}
+
+func (s *sim) worker(ev Event) error {
+	s.n++
+	ev.ID = "w" + strconv.Itoa(s.n)
+	if err := s.append(ev); err != nil {
+		return err
+	}
+	more, err := Step(s.policy, s.state)
+	if err != nil {
+		return err
+	}
+	return s.append(more...)
+}
+
+// pick returns an ID the state knows of, to aim commands at real targets
+// most of the time.
+func (s *sim) pickInput(r *rand.Rand) string {
+	if items := s.state.Inbox.Items; len(items) > 0 && r.IntN(5) > 0 {
+		return items[r.IntN(len(items))].ID
+	}
+	return "c" + strconv.Itoa(r.IntN(s.n+1))
+}
+
+func (s *sim) turn(r *rand.Rand) *string {
+	if a := s.state.Active; a != nil && r.IntN(4) > 0 {
+		t := a.TurnID
+		return &t
+	}
+	if r.IntN(3) == 0 {
+		return nil
+	}
+	t := DeriveID("turn", "s1", "c"+strconv.Itoa(r.IntN(s.n+1)))
+	return &t
+}
+
+func (s *sim) step(r *rand.Rand) error {
+	st := s.state
+	text := func() *UIMessage {
+		role := RoleUser
+		if r.IntN(8) == 0 {
+			role = []string{RoleSystem, RoleAssistant}[r.IntN(2)]
+		}
+		return &UIMessage{Role: role, Parts: []Part{{Type: PartText, Text: "x"}}}
+	}
+	last := func() *int64 {
+		if r.IntN(2) == 0 {
+			return nil
+		}
+		v := int64(r.IntN(12) - 1)
+		return &v
+	}
+	g := st.ActiveGeneration
+	switch r.IntN(22) {
+	case 0, 1, 2:
+		f := r.IntN(4) > 0
+		return s.command(Command{Action: ActionSend, Message: text(), Generate: &f}, Trust(r.IntN(2)))
+	case 3:
+		return s.command(Command{Action: ActionSteer, Message: text(), TurnID: s.turn(r), LastSeenIndex: last()}, Untrusted)
+	case 4:
+		m := text()
+		m.ID = s.pickInput(r)
+		return s.editCommand(m)
+	case 5:
+		var before *string
+		if r.IntN(2) == 0 {
+			b := s.pickInput(r)
+			before = &b
+		}
+		return s.command(Command{Action: ActionMove, InputID: s.pickInput(r), BeforeID: before}, Untrusted)
+	case 6:
+		return s.command(Command{Action: ActionRemove, InputID: s.pickInput(r)}, Untrusted)
+	case 7:
+		return s.command(Command{Action: ActionSendNow, InputID: s.pickInput(r), TurnID: s.turn(r), LastSeenIndex: last()}, Untrusted)
+	case 8:
+		t := s.turn(r)
+		if t == nil {
+			x := "none"
+			t = &x
+		}
+		return s.command(Command{Action: ActionStop, TurnID: t, LastSeenIndex: last()}, Untrusted)
+	case 9:
+		return s.command(Command{Action: ActionPause, When: []string{PauseNow, PauseAfterTurn}[r.IntN(2)]}, Untrusted)
+	case 10:
+		return s.command(Command{Action: ActionResume}, Untrusted)
+	case 11:
+		resp := "nope"
+		if a := st.Active; a != nil {
+			resp = a.ResponseMessageID
+		}
+		return s.command(Command{Action: ActionRetry, MessageID: "m", ResponseMessageID: resp, RetryID: strconv.Itoa(s.n)}, Untrusted)
+	case 12:
+		for id, pa := range st.PendingApprovals {
+			ok := r.IntN(2) == 0
+			return s.command(Command{Action: ActionApproval, ApprovalID: id, Approved: &ok, RequestID: pa.RequestID, GenerationID: pa.GenerationID}, Untrusted)
+		}
+		return nil
+	case 13:
+		c := Command{Action: ActionInterrupt, MessageID: "x", RequestID: st.ActiveRequestID}
+		if a := st.Active; a != nil {
+			c.MessageID = a.ResponseMessageID
+		}
+		if g != nil && r.IntN(2) == 0 {
+			c.RequestID, c.GenerationID = "", g.GenerationID
+		}
+		if c.RequestID == "" && c.GenerationID == "" {
+			c.RequestID = "r"
+		}
+		return s.command(c, Untrusted)
+	case 14, 15:
+		if st.ActiveRequestID == "" || r.IntN(6) == 0 {
+			return nil
+		}
+		s.gens++
+		return s.worker(Event{Type: TypeGenerationStarted, Payload: mustJSON(GenerationStarted{
+			GenerationID: "g" + strconv.Itoa(s.gens), RequestID: st.ActiveRequestID, Attempt: 1})})
+	case 16, 17:
+		gen := "g" + strconv.Itoa(r.IntN(s.gens+1))
+		from := 0
+		if pr := st.ActiveProjection; pr != nil && pr.GenerationID == gen {
+			from = pr.Chunks - r.IntN(2)
+			if from < 0 {
+				from = 0
+			}
+		}
+		n := s.n
+		chunks := []UIMessageChunk{{Type: ChunkTextStart, ID: "t"}, {Type: ChunkTextDelta, ID: "t", Delta: "hi"}}
+		switch r.IntN(4) {
+		case 0:
+			chunks = append(chunks, UIMessageChunk{Type: ChunkToolInputAvailable, ToolCallID: "call" + strconv.Itoa(n), ToolName: "search", Input: json.RawMessage(`{}`)})
+		case 1:
+			chunks = append(chunks, UIMessageChunk{Type: ChunkToolInputAvailable, ToolCallID: "call" + strconv.Itoa(n), ToolName: "deploy", Input: json.RawMessage(`{}`)},
+				UIMessageChunk{Type: ChunkToolApproval, ToolCallID: "call" + strconv.Itoa(n), ApprovalID: "ap" + strconv.Itoa(n)})
+		case 2:
+			chunks = append(chunks, UIMessageChunk{Type: ChunkToolInputStart, ToolCallID: "call" + strconv.Itoa(n), ToolName: "w"},
+				UIMessageChunk{Type: ChunkToolInputDelta, ToolCallID: "call" + strconv.Itoa(n), InputTextDelta: `{"a":`})
+		}
+		return s.worker(Event{Type: TypeGenerationProgress, Payload: mustJSON(GenerationProgress{GenerationID: gen, FromIndex: from, Chunks: chunks})})
+	case 18:
+		if g == nil || g.State != "streaming" {
+			return nil
+		}
+		return s.worker(Event{Type: TypeGenerationCompleted, Payload: mustJSON(GenerationCompleted{GenerationID: g.GenerationID})})
+	case 19:
+		if g == nil {
+			return nil
+		}
+		if r.IntN(2) == 0 {
+			return s.worker(Event{Type: TypeGenerationFailed, Payload: mustJSON(GenerationFailed{GenerationID: g.GenerationID, Message: "boom"})})
+		}
+		return s.worker(Event{Type: TypeGenerationSuperseded, Payload: mustJSON(GenerationSuperseded{GenerationID: g.GenerationID, RequestID: g.RequestID, Attempt: 1})})
+	case 20:
+		for id, t := range st.Tools {
+			if r.IntN(2) == 0 {
+				continue
+			}
+			return s.worker(Event{Type: TypeToolExecCompleted, Payload: mustJSON(ToolExecutionCompleted{ToolCallID: id, GenerationID: t.GenerationID, Version: t.Version, Output: json.RawMessage(`1`)})})
+		}
+		if a := st.Active; a != nil && len(a.Settling) > 0 {
+			return s.worker(Event{Type: TypeGenerationSuperseded, Payload: mustJSON(GenerationSuperseded{GenerationID: a.Settling[0]})})
+		}
+		return nil
+	case 21:
+		if r.IntN(40) == 0 {
+			return s.worker(Event{Type: TypeSessionClosed, Payload: json.RawMessage(`{}`)})
+		}
+		return nil
+	}
+	return nil
+}
+
+// check verifies the invariants of the fuzz target: the fold equals a fresh
+// fold of the log, snapshots round-trip, checkState holds, and no work is
+// pending for a closed session.
+func (s *sim) check() error {
+	fresh := NewAIState()
+	for _, ev := range s.log {
+		if err := Fold(fresh, ev); err != nil {
+			return fmt.Errorf("refold: %w", err)
+		}
+	}
+	a, _ := MarshalState(s.state)
+	b, _ := MarshalState(fresh)
+	if !bytes.Equal(a, b) {
+		return fmt.Errorf("incremental fold differs from a fresh fold:\n%s\n%s", a, b)
+	}
+	if err := checkState(s.log, s.state); err != nil {
+		return err
+	}
+	if s.state.Session.Status == SessionStatusClosed && s.state.Active != nil {
+		return fmt.Errorf("closed session has an active turn")
+	}
+	return nil
+}
+
+func runSim(seed uint64, steps int) error {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s := newSim()
+	for i := 0; i < steps; i++ {
+		if err := s.step(r); err != nil {
+			return fmt.Errorf("step %d: %w", i, err)
+		}
+		if i%50 == 49 || i == steps-1 {
+			if err := s.check(); err != nil {
+				return fmt.Errorf("after step %d: %w", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// TestRandomSessions folds many seeded random command sequences and checks
+// the invariants: at most one active turn, every input exactly one of
+// pending, admitted or removed, exactly one receipt per command, a fold
+// equal to a fresh fold, and no panic. Set A2_SEED to replay one seed.
+func TestRandomSessions(t *testing.T) {
+	if v := os.Getenv("A2_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := runSim(seed, 400); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		return
+	}
+	n := 300
+	if testing.Short() {
+		n = 30
+	}
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		if err := runSim(seed, 200); err != nil {
+			t.Fatalf("seed %d (replay with A2_SEED=%d): %v", seed, seed, err)
+		}
+	}
+}
+
+// FuzzSession is the same simulation driven by the fuzzer's bytes.
+func FuzzSession(f *testing.F) {
+	for _, seed := range []uint64{1, 2, 3, 42, 1000} {
+		f.Add(seed, uint16(300))
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, steps uint16) {
+		if err := runSim(seed, int(steps%1000)); err != nil {
+			t.Fatalf("seed %d steps %d: %v", seed, steps, err)
+		}
+	})
+}
+
+// FuzzFoldBytes folds arbitrary payloads under every built-in type: a fold
+// returns an error or succeeds, never panics.
+func FuzzFoldBytes(f *testing.F) {
+	f.Add(uint8(0), []byte(`{"action":"send","message":{"id":"m","role":"user","parts":[]}}`))
+	f.Add(uint8(1), []byte(`{"commandId":"m","outcome":"applied"}`))
+	f.Add(uint8(6), []byte(`{"generationId":"g","fromIndex":0,"chunks":[{"type":"text-delta","id":"x"}]}`))
+	f.Fuzz(func(t *testing.T, typ uint8, payload []byte) {
+		s := NewAIState()
+		for i, ty := range BuiltinTypes {
+			_ = Fold(s, Event{ID: "e" + strconv.Itoa(i), Type: BuiltinTypes[int(typ)%len(BuiltinTypes)], Payload: payload})
+			_ = Fold(s, Event{ID: "f" + strconv.Itoa(i), Type: ty, Payload: payload})
+		}
+		if _, err := MarshalState(s); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
