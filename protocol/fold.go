@@ -48,7 +48,7 @@ func Fold(s *AIState, ev Event) error {
 			s.foldStarted(p)
 		}
 	case TypeGenerationProgress:
-		var p GenerationProgress
+		var p progressPayload
 		if err = decodePayload(ev, &p); err == nil {
 			err = s.foldProgress(p)
 		}
@@ -570,7 +570,7 @@ func (s *AIState) foldStarted(p GenerationStarted) {
 	s.ActiveResponseMessageID = ""
 	s.ActiveProjection = &Projection{
 		GenerationID: p.GenerationID, ResponseMessageID: resp, Base: len(msg.Parts),
-		Entries: []UIMessageChunk{},
+		Entries: []json.RawMessage{},
 	}
 }
 
@@ -584,7 +584,16 @@ func (s *AIState) streaming(generationID string) *ActiveGeneration {
 	return g
 }
 
-func (s *AIState) foldProgress(p GenerationProgress) error {
+// progressPayload decodes ai.generation.progress keeping each chunk raw: the
+// projection stores chunks as their JSON (compact, and a plain copy), and
+// only chunks not applied yet are decoded.
+type progressPayload struct {
+	GenerationID string            `json:"generationId"`
+	FromIndex    int               `json:"fromIndex"`
+	Chunks       []json.RawMessage `json:"chunks"`
+}
+
+func (s *AIState) foldProgress(p progressPayload) error {
 	if s.streaming(p.GenerationID) == nil {
 		return nil
 	}
@@ -600,8 +609,12 @@ func (s *AIState) foldProgress(p GenerationProgress) error {
 		return nil // re-delivered chunks (R-STATE-22)
 	}
 	msg := s.message(pr.ResponseMessageID)
-	for _, c := range p.Chunks[skip:] {
-		pr.Entries = append(pr.Entries, c)
+	for _, raw := range p.Chunks[skip:] {
+		var c UIMessageChunk
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return jsonError(fmt.Sprintf("payload.chunks[%d]", pr.Chunks-p.FromIndex), err)
+		}
+		pr.Entries = append(pr.Entries, raw)
 		pr.Chunks++
 		s.applyChunk(msg, pr, c, len(pr.Entries)-1)
 	}
@@ -798,7 +811,7 @@ func (s *AIState) foldToolOutcome(toolCallID, generationID string, version int, 
 	}
 	pr := s.ActiveProjection
 	if pr != nil && pr.ResponseMessageID == t.ResponseID {
-		pr.Entries = append(pr.Entries, c)
+		pr.Entries = append(pr.Entries, mustJSON(c))
 		s.applyChunk(msg, pr, c, len(pr.Entries)-1)
 		return
 	}
@@ -908,9 +921,12 @@ func (s *AIState) cutProjection(lastSeen int) {
 			delete(s.PendingApprovals, id)
 		}
 	}
-	pr.Entries = append([]UIMessageChunk(nil), entries...)
-	for i, c := range pr.Entries {
-		s.applyChunk(msg, pr, c, i)
+	pr.Entries = append([]json.RawMessage(nil), entries...)
+	for i, raw := range pr.Entries {
+		var c UIMessageChunk
+		if json.Unmarshal(raw, &c) == nil {
+			s.applyChunk(msg, pr, c, i)
+		}
 	}
 }
 

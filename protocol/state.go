@@ -268,11 +268,11 @@ type Owner struct {
 // generation (its recovery base): a cut, a retry or a superseded attempt
 // rebuilds the response from Base and the entries it keeps.
 type Projection struct {
-	GenerationID      string           `json:"generationId"`
-	ResponseMessageID string           `json:"responseMessageId"`
-	Base              int              `json:"base"`
-	Chunks            int              `json:"chunks"`
-	Entries           []UIMessageChunk `json:"entries"`
+	GenerationID      string            `json:"generationId"`
+	ResponseMessageID string            `json:"responseMessageId"`
+	Base              int               `json:"base"`
+	Chunks            int               `json:"chunks"`
+	Entries           []json.RawMessage `json:"entries"`
 	// Open maps the stream IDs of text and reasoning parts that have started
 	// but not ended to their part index in the response.
 	Open map[string]int `json:"open,omitempty"`
