@@ -50,14 +50,16 @@ import (
 var a2IDPattern = regexp.MustCompile(`a2\.ai:[a-z2-7]{26}`)
 
 type transcript struct {
-	t       *testing.T
-	policy  Policy
-	session string
-	log     []Event
-	state   *AIState
-	alias   map[string]string // a2 ID -> alias
-	real    map[string]string // alias -> a2 ID
-	counts  map[string]int
+	t        *testing.T
+	policy   Policy
+	session  string
+	log      []Event
+	state    *AIState
+	alias    map[string]string // a2 ID -> alias
+	real     map[string]string // alias -> a2 ID
+	counts   map[string]int
+	overlay  Overlay
+	pushOnly bool
 }
 
 func newTranscript(t *testing.T) *transcript {
@@ -148,6 +150,12 @@ func (tr *transcript) commandEvent(ev Event, trust Trust) string {
 	if _, err := ValidateCommand(ev, trust); err != nil {
 		return "error: " + err.Error() + "\n"
 	}
+	if tr.pushOnly {
+		// Pushed by this client, not yet persisted and decided: shown only
+		// in the optimistic view.
+		tr.overlay.Push(ev)
+		return "pending " + ev.ID + "\n"
+	}
 	out, err := Decide(tr.policy, tr.state, ev)
 	if err != nil {
 		return "decide error: " + err.Error() + "\n"
@@ -155,6 +163,9 @@ func (tr *transcript) commandEvent(ev Event, trust Trust) string {
 	all := append([]Event{ev}, out...)
 	if err := tr.append(all...); err != nil {
 		return "fold error: " + err.Error() + "\n"
+	}
+	for _, e := range all {
+		tr.overlay.Observe(e)
 	}
 	return tr.format(all)
 }
@@ -229,6 +240,7 @@ func trustOf(d *datadriven.TestData) Trust {
 }
 
 func (tr *transcript) run(t *testing.T, d *datadriven.TestData) string {
+	_, tr.pushOnly = arg(d, "pending")
 	id := tr.str(d, "id")
 	role, _ := arg(d, "role")
 	var out string
@@ -396,6 +408,19 @@ func (tr *transcript) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		_, p.Unavailable = arg(d, "unavailable")
 		out = tr.worker(Event{ID: fmt.Sprintf("ev-meta-%d", len(tr.log)), Type: TypeModelMetaResolved, Payload: mustJSON(p)})
+	case "deliver":
+		// Persist and decide a pending command of this client.
+		for _, ev := range tr.overlay.Pending() {
+			if ev.ID == id {
+				return tr.commandEvent(ev, trustOf(d))
+			}
+		}
+		d.Fatalf(t, "no pending command %q", id)
+	case "push-failed":
+		tr.overlay.Fail(id)
+		return "ok\n"
+	case "view":
+		return tr.showView(d)
 	case "state":
 		return tr.showState(d)
 	case "messages":
@@ -534,9 +559,33 @@ func partsText(parts []Part) string {
 	return strings.Join(segs, " ")
 }
 
-func (tr *transcript) showMessages() string {
+// showView prints the optimistic state this client shows: messages, inbox,
+// active, status, starting and the indicator.
+func (tr *transcript) showView(d *datadriven.TestData) string {
+	v := tr.overlay.View(tr.state)
 	var b strings.Builder
-	for _, m := range tr.state.Messages {
+	b.WriteString(tr.messagesOf(v))
+	saved := tr.state
+	tr.state = v
+	b.WriteString("inbox: ")
+	b.WriteString(strings.ReplaceAll(strings.TrimSpace(tr.showInbox()), "\n", " | "))
+	tr.state = saved
+	active := "null"
+	if v.Active != nil {
+		active = tr.show([]byte(v.Active.TurnID)) + " " + v.Active.Phase
+	}
+	fmt.Fprintf(&b, "\nactive: %s status: %s starting: %v indicator: %q\n", active, v.Status, v.Starting, Indicator(v))
+	if _, ok := arg(d, "approvals"); ok {
+		fmt.Fprintf(&b, "pendingApprovals: %d pendingInputs: %d\n", len(v.PendingApprovals), len(v.PendingInputs))
+	}
+	return b.String()
+}
+
+func (tr *transcript) showMessages() string { return tr.messagesOf(tr.state) }
+
+func (tr *transcript) messagesOf(s *AIState) string {
+	var b strings.Builder
+	for _, m := range s.Messages {
 		fmt.Fprintf(&b, "%s %s: %s\n", tr.show([]byte(m.ID)), m.Role, partsText(m.Parts))
 	}
 	if b.Len() == 0 {
