@@ -49,6 +49,9 @@ func Decide(p Policy, s *AIState, cmd Event) ([]Event, error) {
 	}
 	c := pc.Command
 	reason := w.judge(cmd.ID, &c)
+	if reason == "" && c.Action == ActionToolResult && !p.DeferredTools[w.Tools[c.ToolCallID].ToolName] {
+		reason = ReasonNotFound // only tools with declared deferred results take one (OQ-21)
+	}
 	rc := Decided{CommandID: cmd.ID, Outcome: OutcomeApplied}
 	if reason != "" {
 		rc.Outcome, rc.Reason = OutcomeRejected, reason
@@ -299,6 +302,9 @@ func (e *emitter) effects(c *Command, commandID string) error {
 			RetryRequested{MessageID: c.MessageID, ResponseMessageID: c.ResponseMessageID, RetryID: c.RetryID}); err != nil {
 			return err
 		}
+		if a.Phase != PhaseRunning {
+			return nil // paused now: the request is made at Resume (OQ-17)
+		}
 		return e.emit(DeriveID("request", e.session, commandID), TypeGenerationRequested, GenerationRequested{
 			ResponseMessageID: a.ResponseMessageID, TurnID: a.TurnID, Reason: RequestRetry,
 			SourceGenerationID: a.LastStep, Version: a.Version,
@@ -347,6 +353,9 @@ func (e *emitter) due(p Policy) string {
 	if len(s.Inbox.Items) > 0 && s.Inbox.Items[0].AfterStepOf == a.TurnID && s.atStepBoundary(p) {
 		return "handoff"
 	}
+	if len(s.runnableTools()) > 0 {
+		return "tools"
+	}
 	if a.Failed || s.ActiveRequestID != "" {
 		return ""
 	}
@@ -360,6 +369,37 @@ func (e *emitter) due(p Policy) string {
 		return "continue"
 	}
 	return ""
+}
+
+// runnableTools lists, in the order the model called them, the local tool
+// calls of the active response that may run now and have no work event for
+// the current execution version: their step has closed (completed, or
+// failed: a result racing the failure still wins, R-STOP-12), they need no
+// approval or were approved, and the turn is running.
+func (s *AIState) runnableTools() []string {
+	a := s.Active
+	if a == nil || a.Phase != PhaseRunning || len(a.Settling) > 0 || a.Yield {
+		return nil
+	}
+	msg := s.message(a.ResponseMessageID)
+	if msg == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range msg.Parts {
+		if !p.IsToolPart() {
+			continue
+		}
+		t, ok := s.Tools[p.ToolCallID]
+		if !ok || t.Status != ToolStatusPending || t.ProviderExecuted {
+			continue
+		}
+		switch s.TerminalGenerations[t.GenerationID] {
+		case GenCompleted, GenFailed:
+			out = append(out, p.ToolCallID)
+		}
+	}
+	return out
 }
 
 // atStepBoundary reports whether the active turn may hand off to steering
@@ -420,6 +460,20 @@ func (e *emitter) stepOnce(p Policy) (bool, error) {
 		return false, nil
 	case "admit":
 		return true, e.admit()
+	case "tools":
+		a := s.Active
+		for _, id := range s.runnableTools() {
+			t := s.Tools[id]
+			msg, k := s.toolPart(id)
+			p := ToolExecutionRequested{ToolCallID: id, ToolName: t.ToolName, GenerationID: t.GenerationID, TurnID: a.TurnID, Version: a.Version}
+			if msg != nil {
+				p.Input = msg.Parts[k].Input
+			}
+			if err := e.emit(DeriveID("tool", e.session, id, strconv.Itoa(a.Version)), TypeToolExecRequested, p); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
 	case "handoff":
 		a := s.Active
 		req, gen, ok := s.owner()

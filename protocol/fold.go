@@ -80,7 +80,17 @@ func Fold(s *AIState, ev Event) error {
 	case TypeToolExecCompleted:
 		var p ToolExecutionCompleted
 		if err = decodePayload(ev, &p); err == nil {
-			s.foldToolOutcome(p.ToolCallID, p.GenerationID, p.Version, p.Output, p.ErrorText)
+			s.foldToolCompleted(p)
+		}
+	case TypeToolExecClaimed:
+		var p ToolExecutionClaimed
+		if err = decodePayload(ev, &p); err == nil {
+			s.foldToolClaimed(p)
+		}
+	case TypeToolOutputPreliminary:
+		var p ToolOutputPreliminary
+		if err = decodePayload(ev, &p); err == nil {
+			s.foldToolPreliminary(p)
 		}
 	case TypeCompactionRequested:
 		var p CompactionRequested
@@ -295,13 +305,24 @@ func (s *AIState) pauseNow() {
 		s.dropAttempt(g.GenerationID)
 		a.Settling = append(a.Settling, g.GenerationID)
 	}
+	if s.ActiveRequestID != "" {
+		// Resume starts a fresh request (R-PAUSE-07): this one is over.
+		s.TerminalRequestIDs = setTrue(s.TerminalRequestIDs, s.ActiveRequestID)
+		s.ActiveRequestID, s.ActiveRequestReason, s.ActiveRequestSourceGenerationID = "", "", ""
+	}
 	for _, id := range sortedKeys(s.Tools) {
 		t := s.Tools[id]
-		if t.ResponseID == a.ResponseMessageID && t.Status == ToolStatusRunning {
-			a.Settling = append(a.Settling, "tool:"+id)
-			t.Status = ToolStatusPending
-			s.Tools[id] = t
+		if t.ResponseID != a.ResponseMessageID || toolTerminal(t.Status) {
+			continue
 		}
+		if t.Status == ToolStatusRunning {
+			a.Settling = append(a.Settling, "tool:"+id)
+		}
+		if t.Status == ToolStatusRunning || t.Status == ToolStatusRequested {
+			t.Status = ToolStatusPending
+		}
+		t.Version = a.Version // outcomes of the cancelled version are fenced
+		s.Tools[id] = t
 	}
 	a.Phase = PhasePaused
 	if len(a.Settling) > 0 {
@@ -446,7 +467,7 @@ func (s *AIState) closeResponse(responseID string, steered bool) {
 					part.Approval.Reason = reason
 				case ToolInputAvailable, ToolApprovalResponded:
 					part.State = ToolOutputError
-					part.ErrorText = "interrupted: the call was cut short and may have partly run"
+					part.ErrorText = InterruptedToolError
 				}
 				if t, ok := s.Tools[part.ToolCallID]; ok && !toolTerminal(t.Status) {
 					t.Status = toolStatusOfPart(part)
@@ -478,7 +499,7 @@ func toolStatusOfPart(p *Part) string {
 		}
 		return ToolStatusCompleted
 	case ToolOutputError:
-		if p.ErrorText != "" && len(p.ErrorText) >= 11 && p.ErrorText[:11] == "interrupted" {
+		if p.ErrorText == InterruptedToolError {
 			return ToolStatusInterrupted
 		}
 		return ToolStatusFailed
@@ -517,8 +538,19 @@ func (s *AIState) dropDrafts(msg *TranscriptMessage, from int) {
 	msg.Parts = out
 }
 
-// endTurn clears the active turn and everything that belongs to it.
+// endTurn clears the active turn and everything that belongs to it,
+// including approvals and input requests nobody answered.
 func (s *AIState) endTurn() {
+	if a := s.Active; a != nil {
+		for _, id := range sortedKeys(s.PendingApprovals) {
+			if t, ok := s.Tools[s.PendingApprovals[id].ToolCallID]; !ok || t.ResponseID == a.ResponseMessageID {
+				delete(s.PendingApprovals, id)
+			}
+		}
+	}
+	for _, id := range sortedKeys(s.PendingInputs) {
+		delete(s.PendingInputs, id)
+	}
 	s.Active = nil
 	s.ActiveGeneration = nil
 	s.ActiveProjection = nil
@@ -555,6 +587,11 @@ func (s *AIState) foldStarted(p GenerationStarted) {
 	}
 	if g := s.ActiveGeneration; g != nil && g.GenerationID == p.GenerationID {
 		return
+	}
+	if g := s.ActiveGeneration; g != nil && g.State == "streaming" {
+		// A new attempt of the same request replaces one that was never
+		// marked superseded: remove what the old one wrote.
+		s.dropAttempt(g.GenerationID)
 	}
 	resp := a.ResponseMessageID
 	msg := s.message(resp)
@@ -769,18 +806,80 @@ func (s *AIState) foldRetry(p RetryRequested) {
 				delete(s.Tools, id)
 			}
 		}
+		for _, id := range sortedKeys(s.PendingApprovals) {
+			if s.PendingApprovals[id].GenerationID == g.GenerationID {
+				delete(s.PendingApprovals, id)
+			}
+		}
 		s.ActiveProjection = nil
 		s.ActiveGeneration = nil
 	}
+	// The failure is answered: a request follows now, or at Resume when the
+	// turn is paused (OQ-17).
+	a.Failed = false
 }
 
+// foldToolRequested records the work event of a tool call: it may now run
+// under execution version p.Version.
 func (s *AIState) foldToolRequested(p ToolExecutionRequested) {
 	t, ok := s.Tools[p.ToolCallID]
-	if !ok || toolTerminal(t.Status) || t.GenerationID != p.GenerationID {
+	if !ok || toolTerminal(t.Status) || t.GenerationID != p.GenerationID || p.Version < t.Version {
 		return
 	}
 	t.Version = p.Version
+	t.Status = ToolStatusRequested
 	s.Tools[p.ToolCallID] = t
+}
+
+// foldToolClaimed records that an attempt took the call: the claim is
+// appended before execute runs (R-DELIVERY-01).
+func (s *AIState) foldToolClaimed(p ToolExecutionClaimed) {
+	t, ok := s.Tools[p.ToolCallID]
+	if !ok || toolTerminal(t.Status) || t.GenerationID != p.GenerationID || p.Version != t.Version {
+		return
+	}
+	t.Status = ToolStatusRunning
+	t.Attempt = p.Attempt
+	t.ClaimedVersion = p.Version
+	t.Running = true
+	s.Tools[p.ToolCallID] = t
+}
+
+// foldToolPreliminary shows a running tool's streamed output; a retried
+// attempt may stream different output under the same call (R-TOOL-07).
+func (s *AIState) foldToolPreliminary(p ToolOutputPreliminary) {
+	t, ok := s.Tools[p.ToolCallID]
+	if !ok || toolTerminal(t.Status) || t.GenerationID != p.GenerationID || p.Version != t.Version || p.Attempt != t.Attempt {
+		return
+	}
+	msg, k := s.toolPart(p.ToolCallID)
+	if msg == nil {
+		return
+	}
+	yes := true
+	part := &msg.Parts[k]
+	part.State, part.Output, part.Preliminary = ToolOutputAvailable, p.Output, &yes
+}
+
+// foldToolCompleted records a tool outcome. Any outcome settles the call's
+// A2-owned work (Running), even one the fold then fences.
+func (s *AIState) foldToolCompleted(p ToolExecutionCompleted) {
+	t, ok := s.Tools[p.ToolCallID]
+	if !ok || t.GenerationID != p.GenerationID {
+		return
+	}
+	if t.Running {
+		t.Running = false
+		s.Tools[p.ToolCallID] = t
+	}
+	version := p.Version
+	if p.Interrupted && p.Version == t.ClaimedVersion && !toolTerminal(t.Status) {
+		version = t.Version // a report tool's interrupted result outlives Pause now
+	}
+	if s.Active != nil {
+		s.settle("tool:" + p.ToolCallID)
+	}
+	s.foldToolOutcome(p.ToolCallID, p.GenerationID, version, p.Output, p.ErrorText)
 }
 
 // foldToolOutcome records a tool call's terminal outcome, once (at most one

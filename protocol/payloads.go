@@ -116,13 +116,44 @@ type ToolExecutionRequested struct {
 
 // ToolExecutionCompleted is the payload of ai.tool.execution.completed: the
 // terminal outcome of a tool call, exactly one of Output and ErrorText.
+// Interrupted marks the error result a toolRecovery "report" tool records
+// when its call was cut short after execute started (R-TOOL-13, R-TOOL-14):
+// it is accepted for the version whose claim started the call even after
+// Pause now moved the call to a newer version.
 type ToolExecutionCompleted struct {
 	ToolCallID   string          `json:"toolCallId"`
 	GenerationID string          `json:"generationId"`
 	Version      int             `json:"version"`
 	Output       json.RawMessage `json:"output,omitempty"`
 	ErrorText    string          `json:"errorText,omitempty"`
+	Interrupted  bool            `json:"interrupted,omitempty"`
 }
+
+// ToolExecutionClaimed is the payload of ai.tool.execution.claimed: an
+// attempt of a tool execution took ownership of the call, before execute
+// runs. A claim whose owner is gone is lapsed (Pending names it again).
+type ToolExecutionClaimed struct {
+	ToolCallID   string `json:"toolCallId"`
+	GenerationID string `json:"generationId"`
+	Version      int    `json:"version"`
+	Attempt      int    `json:"attempt"`
+}
+
+// ToolOutputPreliminary is the payload of ai.tool.output.preliminary: a
+// streamed, non-final output of a running tool (R-TOOL-07). Seq orders the
+// outputs of one attempt.
+type ToolOutputPreliminary struct {
+	ToolCallID   string          `json:"toolCallId"`
+	GenerationID string          `json:"generationId"`
+	Version      int             `json:"version"`
+	Attempt      int             `json:"attempt"`
+	Seq          int             `json:"seq"`
+	Output       json.RawMessage `json:"output"`
+}
+
+// InterruptedToolError is the error text of a tool call that was cut short
+// and may have partly run (OQ-12, R-TOOL-13).
+const InterruptedToolError = "interrupted: the call was cut short and may have partly run"
 
 // SessionClosed is the payload of ai.session.closed.
 type SessionClosed struct {

@@ -200,12 +200,21 @@ type ToolActivity struct {
 	Status           string `json:"status"`
 	ProviderExecuted bool   `json:"providerExecuted,omitempty"`
 	Version          int    `json:"version,omitempty"`
+	// Attempt is the attempt of the latest claim; ClaimedVersion the version
+	// it claimed.
+	Attempt        int `json:"attempt,omitempty"`
+	ClaimedVersion int `json:"claimedVersion,omitempty"`
+	// Running is set from a claim until any outcome of the call is recorded,
+	// even one the fold fences: A2-owned tool work that has not settled
+	// defers compaction (R-COMPACT-24).
+	Running bool `json:"running,omitempty"`
 }
 
 // Tool activity statuses.
 const (
 	ToolStatusStreaming   = "input-streaming"
 	ToolStatusPending     = "pending"
+	ToolStatusRequested   = "requested"
 	ToolStatusApproval    = "awaiting-approval"
 	ToolStatusRunning     = "running"
 	ToolStatusCompleted   = "completed"

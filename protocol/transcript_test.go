@@ -59,6 +59,7 @@ type transcript struct {
 	real     map[string]string // alias -> a2 ID
 	counts   map[string]int
 	overlay  Overlay
+	work     WorkPolicy
 	pushOnly bool
 }
 
@@ -250,6 +251,16 @@ func (tr *transcript) run(t *testing.T, d *datadriven.TestData) string {
 		if n := optInt(d, "max-steps"); n != nil {
 			tr.policy.MaxSteps = int(*n)
 		}
+		tr.work = WorkPolicy{}
+		if v, ok := arg(d, "lane"); ok {
+			tr.work.ToolLane = v
+		}
+		if v, ok := arg(d, "report"); ok {
+			tr.work.ReportTools = map[string]bool{}
+			for _, name := range strings.Split(v, ",") {
+				tr.work.ReportTools[name] = true
+			}
+		}
 		if v, ok := arg(d, "deferred"); ok {
 			tr.policy.DeferredTools = map[string]bool{}
 			for _, name := range strings.Split(v, ",") {
@@ -372,7 +383,9 @@ func (tr *transcript) run(t *testing.T, d *datadriven.TestData) string {
 		} else if tl, ok := tr.state.Tools[p.ToolCallID]; ok {
 			p.Version = tl.Version
 		}
-		if _, ok := arg(d, "error"); ok {
+		if _, ok := arg(d, "interrupted"); ok {
+			p.Interrupted, p.ErrorText = true, InterruptedToolError
+		} else if _, ok := arg(d, "error"); ok {
 			p.ErrorText = strings.TrimSpace(d.Input)
 		} else {
 			p.Output = rawOr(d.Input, "null")
@@ -421,6 +434,30 @@ func (tr *transcript) run(t *testing.T, d *datadriven.TestData) string {
 		return "ok\n"
 	case "view":
 		return tr.showView(d)
+	case "pending":
+		var b strings.Builder
+		for _, w := range Pending(tr.work, tr.state) {
+			b.WriteString(tr.show(mustJSON(w)))
+			b.WriteString("\n")
+		}
+		if b.Len() == 0 {
+			return "(none)\n"
+		}
+		return b.String()
+	case "claim":
+		call := tr.str(d, "call")
+		t := tr.state.Tools[call]
+		attempt := t.Attempt + 1
+		if n := optInt(d, "attempt"); n != nil {
+			attempt = int(*n)
+		}
+		out = tr.worker(Event{ID: fmt.Sprintf("ev-claim-%s-%d", call, len(tr.log)), Type: TypeToolExecClaimed,
+			Payload: mustJSON(ToolExecutionClaimed{ToolCallID: call, GenerationID: t.GenerationID, Version: t.Version, Attempt: attempt})})
+	case "preliminary":
+		call := tr.str(d, "call")
+		t := tr.state.Tools[call]
+		out = tr.worker(Event{ID: fmt.Sprintf("ev-prelim-%s-%d", call, len(tr.log)), Type: TypeToolOutputPreliminary,
+			Payload: mustJSON(ToolOutputPreliminary{ToolCallID: call, GenerationID: t.GenerationID, Version: t.Version, Attempt: t.Attempt, Output: rawOr(d.Input, "null")})})
 	case "state":
 		return tr.showState(d)
 	case "messages":
