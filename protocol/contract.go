@@ -115,7 +115,7 @@ var aiStateKeys = func() map[string]bool {
 	}
 	// Optional keys that the empty state omits.
 	for _, k := range []string{"activeRequestId", "activeRequestReason", "activeRequestSourceGenerationId",
-		"activeResponseMessageId", "activeProjection", "terminalRequestIds", "terminalGenerations"} {
+		"activeResponseMessageId", "activeProjection", "terminalRequestIds", "terminalGenerations", "calibration"} {
 		keys[k] = true
 	}
 	return keys

@@ -668,6 +668,9 @@ func (s *AIState) foldCompleted(p GenerationCompleted) {
 	s.TerminalRequestIDs = setTrue(s.TerminalRequestIDs, g.RequestID)
 	if p.Usage != nil {
 		s.Usage[g.GenerationID] = *p.Usage
+		if p.InputBytes > 0 && p.Usage.InputTokens > 0 {
+			s.Calibration = &Calibration{Model: g.Model, Bytes: p.InputBytes, InputTokens: p.Usage.InputTokens}
+		}
 	}
 	s.ActiveRequestID, s.ActiveRequestReason, s.ActiveRequestSourceGenerationID = "", "", ""
 	a := s.Active
@@ -815,8 +818,9 @@ func (s *AIState) foldRetry(p RetryRequested) {
 		s.ActiveGeneration = nil
 	}
 	// The failure is answered: a request follows now, or at Resume when the
-	// turn is paused (OQ-17).
+	// turn is paused (OQ-17). A retry resets calibration (R-RETRY-10).
 	a.Failed = false
+	s.Calibration = nil
 }
 
 // foldToolRequested records the work event of a tool call: it may now run
@@ -959,6 +963,7 @@ func (s *AIState) foldCompactionCompleted(p CompactionCompleted) {
 			}
 			d.Status, d.Summary, d.Usage = CompactionStatusCompleted, p.Summary, p.Usage
 			part.Data = mustJSON(d)
+			s.Calibration = nil // the prompt shrank: calibrate again (R-COMPACT-20)
 			if s.Compaction != nil && s.Compaction.GenerationID == p.GenerationID {
 				s.Compaction.Status = CompactionStatusCompleted
 			}

@@ -272,8 +272,10 @@ func (s *sim) check() error {
 	return nil
 }
 
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
+
 func runSim(seed uint64, steps int) error {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	r := newRand(seed)
 	s := newSim()
 	for i := 0; i < steps; i++ {
 		if err := s.step(r); err != nil {

@@ -70,10 +70,14 @@ type GenerationProgress struct {
 }
 
 // GenerationCompleted is the payload of ai.generation.completed.
+// InputTokenEstimate is the step's calibrated prompt estimate and
+// InputBytes the prompt's size it came from (R-COMPACT-21); with the usage
+// they calibrate the next same-model estimate.
 type GenerationCompleted struct {
 	GenerationID       string `json:"generationId"`
 	Usage              *Usage `json:"usage,omitempty"`
 	InputTokenEstimate int64  `json:"inputTokenEstimate,omitempty"`
+	InputBytes         int64  `json:"inputBytes,omitempty"`
 	FinishReason       string `json:"finishReason,omitempty"`
 }
 

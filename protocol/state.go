@@ -76,6 +76,9 @@ type AIState struct {
 	// Usage is keyed by generation ID; Error is the last error (R-STATE-17).
 	Usage map[string]Usage `json:"usage"`
 	Error *ErrorInfo       `json:"error"`
+	// Calibration is the previous same-model completion's prompt size and
+	// reported input tokens; a retry or a compaction drops it (R-COMPACT-20).
+	Calibration *Calibration `json:"calibration,omitempty"`
 	// ActiveGeneration is the started generation of the active response
 	// (R-STATE-18).
 	ActiveGeneration *ActiveGeneration `json:"activeGeneration"`
@@ -378,6 +381,10 @@ func (s *AIState) Clone() *AIState {
 	if s.Error != nil {
 		e := *s.Error
 		c.Error = &e
+	}
+	if s.Calibration != nil {
+		x := *s.Calibration
+		c.Calibration = &x
 	}
 	if s.ActiveGeneration != nil {
 		g := *s.ActiveGeneration

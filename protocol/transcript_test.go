@@ -434,6 +434,9 @@ func (tr *transcript) run(t *testing.T, d *datadriven.TestData) string {
 		return "ok\n"
 	case "view":
 		return tr.showView(d)
+	case "context":
+		summary, after := ModelContext(tr.state.Messages)
+		return fmt.Sprintf("summary: %q\n", summary) + tr.messagesOf(&AIState{Messages: after})
 	case "pending":
 		var b strings.Builder
 		for _, w := range Pending(tr.work, tr.state) {

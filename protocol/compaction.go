@@ -1,0 +1,211 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// CompactionOptions are the static options of automatic compaction
+// (harness.compaction of the reference, R-COMPACT-10). The zero value is
+// "omitted": automatic for supported Gateway models, with the threshold from
+// the model catalog.
+type CompactionOptions struct {
+	// Disabled turns compaction and model-metadata discovery off; recorded
+	// summaries keep shaping later prompts (OQ-29).
+	Disabled bool
+	// ThresholdTokens overrides the default threshold; it must be a positive
+	// safe integer (R-COMPACT-11). Setting it disables discovery (R-META-07).
+	ThresholdTokens int64
+	// Instructions are added to A2's summary prompt (R-COMPACT-12).
+	Instructions string
+}
+
+// maxSafeInteger is 2^53-1, JavaScript's largest safe integer.
+const maxSafeInteger = 1<<53 - 1
+
+// Validate checks the options at construction (R-COMPACT-15).
+func (o CompactionOptions) Validate() error {
+	if o.ThresholdTokens < 0 || o.ThresholdTokens > maxSafeInteger {
+		return configErr("harness.compaction.thresholdTokens", "must be a positive safe integer (1 to 2^53-1), not %d", o.ThresholdTokens)
+	}
+	if o.Disabled && (o.ThresholdTokens != 0 || o.Instructions != "") {
+		return configErr("harness.compaction", "false takes no thresholdTokens or instructions")
+	}
+	return nil
+}
+
+// Discovery reports whether the options ask for model-metadata lookups
+// (R-META-07): only automatic compaction without an explicit threshold.
+func (o CompactionOptions) Discovery() bool { return !o.Disabled && o.ThresholdTokens == 0 }
+
+// DefaultThreshold is the default compaction threshold (R-COMPACT-18,
+// OQ-24): 75% of the context window, lowered to leave room for a larger
+// output allowance (maxOutputTokens, 0 when unset).
+func DefaultThreshold(contextWindow, maxOutputTokens int64) int64 {
+	t := contextWindow * 3 / 4
+	if maxOutputTokens > 0 && contextWindow-maxOutputTokens < t {
+		t = contextWindow - maxOutputTokens
+		if t < 1 {
+			t = 1
+		}
+	}
+	return t
+}
+
+// EstimateBytes is the size of a prompt for the compaction estimate
+// (R-COMPACT-19): the serialized UTF-8 bytes of the messages, the tool
+// definitions and the instructions. Provider metadata of messages and parts
+// is excluded (it still reaches the model unchanged).
+func EstimateBytes(messages []TranscriptMessage, tools json.RawMessage, instructions string) int64 {
+	n := int64(len(tools)) + int64(len(instructions))
+	for _, m := range messages {
+		m.Parts = append([]Part(nil), m.Parts...)
+		for i := range m.Parts {
+			p := &m.Parts[i]
+			p.ProviderMetadata, p.CallProviderMetadata, p.ResultProviderMetadata = nil, nil, nil
+		}
+		b, err := json.Marshal(m)
+		if err == nil {
+			n += int64(len(b))
+		}
+	}
+	return n
+}
+
+// TokensOf is the uncalibrated estimate: bytes divided by four, rounded up.
+func TokensOf(bytes int64) int64 { return (bytes + 3) / 4 }
+
+// Calibration is what the previous same-model completion reported: the
+// prompt's size in bytes and the input tokens the provider counted
+// (R-COMPACT-20). AIState.Calibration holds it.
+type Calibration struct {
+	Model       string `json:"model"`
+	Bytes       int64  `json:"bytes"`
+	InputTokens int64  `json:"inputTokens"`
+}
+
+// CalibratedTokens estimates a prompt of `bytes` for `model` (OQ-25): the
+// previous same-model completion's reported input tokens plus the growth
+// since, bytes/4; else the raw estimate. A smaller prompt, a retry, a
+// compaction or another model drops the calibration.
+func CalibratedTokens(bytes int64, model string, prev *Calibration) int64 {
+	if prev == nil || prev.Model != model || bytes < prev.Bytes || prev.InputTokens <= 0 {
+		return TokensOf(bytes)
+	}
+	return prev.InputTokens + TokensOf(bytes-prev.Bytes)
+}
+
+// CompactionDecision is the outcome of ShouldCompact.
+type CompactionDecision struct {
+	Compact bool
+	// Deferred says why a compaction that the size calls for waits (the step
+	// then runs uncompacted, OQ-26); empty when none.
+	Deferred        string
+	InputTokens     int64
+	ThresholdTokens int64
+}
+
+// ShouldCompact decides whether the step about to run compacts first
+// (R-COMPACT-24..26, OQ-25, OQ-26). inputTokens is the calibrated estimate
+// of its prompt; threshold the configured or default threshold, 0 when
+// unknown (before the catalog lookup lands no session compacts,
+// R-COMPACT-23). Compaction happens when the estimate crosses the threshold
+// (strictly) and defers while an earlier tool exchange has no final result,
+// while A2-owned tool work of any turn has not settled (including stopped
+// or superseded turns), and while dead-lettered tool work awaits repair.
+func ShouldCompact(s *AIState, inputTokens, threshold int64, deadLettered bool) CompactionDecision {
+	d := CompactionDecision{InputTokens: inputTokens, ThresholdTokens: threshold}
+	if threshold <= 0 || inputTokens <= threshold {
+		return d
+	}
+	switch {
+	case deadLettered:
+		d.Deferred = "dead-lettered tool work awaits repair"
+	case s.unsettledExchange() != "":
+		d.Deferred = "tool call " + s.unsettledExchange() + " has no final result"
+	case s.unsettledWork() != "":
+		d.Deferred = "tool work " + s.unsettledWork() + " has not settled"
+	default:
+		d.Compact = true
+	}
+	return d
+}
+
+// unsettledExchange returns a tool call of the transcript without a final
+// result, or "".
+func (s *AIState) unsettledExchange() string {
+	for _, m := range s.Messages {
+		for _, p := range m.Parts {
+			if !p.IsToolPart() {
+				continue
+			}
+			switch p.State {
+			case ToolOutputAvailable:
+				if p.Preliminary != nil && *p.Preliminary {
+					return p.ToolCallID
+				}
+			case ToolOutputError, ToolOutputDenied:
+			default:
+				return p.ToolCallID
+			}
+		}
+	}
+	return ""
+}
+
+// unsettledWork returns a tool call whose A2-owned execution has not
+// settled, in any turn, or "".
+func (s *AIState) unsettledWork() string {
+	for _, id := range sortedKeys(s.Tools) {
+		t := s.Tools[id]
+		if t.Running || t.Status == ToolStatusRequested || t.Status == ToolStatusRunning {
+			return id
+		}
+	}
+	return ""
+}
+
+// SummaryRole is the role of the summary message in model context (OQ-27).
+const SummaryRole = RoleUser
+
+// ModelContext returns what later model requests see (R-COMPACT-03): after
+// the latest completed compaction, its summary and everything after its
+// part; without one, every message. state.messages itself stays complete
+// (R-COMPACT-04); data parts, the compaction part among them, are skipped
+// when messages become model messages (R-COMPACT-34). A failed or
+// interrupted compaction changes nothing: the previous context stays
+// (R-COMPACT-06).
+func ModelContext(messages []TranscriptMessage) (summary string, after []TranscriptMessage) {
+	for i := len(messages) - 1; i >= 0; i-- {
+		parts := messages[i].Parts
+		for k := len(parts) - 1; k >= 0; k-- {
+			if parts[k].Type != PartCompaction {
+				continue
+			}
+			var d CompactionData
+			if json.Unmarshal(parts[k].Data, &d) != nil || d.Status != CompactionStatusCompleted {
+				continue
+			}
+			rest := messages[i]
+			rest.Parts = parts[k+1:]
+			if len(rest.Parts) > 0 {
+				after = append(after, rest)
+			}
+			return d.Summary, append(after, messages[i+1:]...)
+		}
+	}
+	return "", messages
+}
+
+// SummaryMessage is the message that carries a summary into model context
+// (OQ-27): a user message, marked as a summary of the earlier conversation.
+func SummaryMessage(generationID, summary string) UIMessage {
+	return UIMessage{ID: "summary-" + generationID, Role: SummaryRole, Parts: []Part{{Type: PartText,
+		Text: fmt.Sprintf("[Summary of the earlier conversation]\n%s", summary)}}}
+}
+
+// SummaryInstructions is A2's built-in summary instruction; configured
+// instructions are appended to it (OQ-27).
+const SummaryInstructions = "Summarize the conversation so far so that it can continue from the summary alone. " +
+	"Preserve the pending request, decisions made, open questions, and every exact identifier (IDs, names, paths, numbers). " +
+	"Answer with the summary only; do not call tools."
