@@ -45,7 +45,8 @@ func TestDefaultThreshold(t *testing.T) {
 // R-COMPACT-19: bytes of messages, tools and instructions over four,
 // without provider metadata. R-COMPACT-20 R-RETRY-10: calibration by the
 // previous same-model completion until a smaller prompt, a retry, a
-// compaction or a model change.
+// compaction or a model change. R-COMPACT-21: completed generations record
+// their inputTokenEstimate.
 func TestEstimateAndCalibration(t *testing.T) {
 	m := []TranscriptMessage{{ID: "m1", Role: RoleUser, Parts: []Part{{Type: PartText, Text: "hello"}}}}
 	base := EstimateBytes(m, nil, "")
@@ -77,6 +78,15 @@ func TestEstimateAndCalibration(t *testing.T) {
 	work(t, s, &log, TypeGenerationCompleted, GenerationCompleted{GenerationID: "g1", InputBytes: 4000, InputTokenEstimate: 1000, Usage: &Usage{InputTokens: 1500}})
 	if s.Calibration == nil || *s.Calibration != (Calibration{Model: "m", Bytes: 4000, InputTokens: 1500}) {
 		t.Fatalf("calibration %+v", s.Calibration)
+	}
+	var completed GenerationCompleted
+	for _, ev := range log {
+		if ev.Type == TypeGenerationCompleted {
+			_ = json.Unmarshal(ev.Payload, &completed)
+		}
+	}
+	if completed.InputTokenEstimate != 1000 || completed.InputBytes != 4000 {
+		t.Fatalf("the completion does not record its inputTokenEstimate: %+v", completed)
 	}
 	work(t, s, &log, TypeToolExecCompleted, ToolExecutionCompleted{ToolCallID: "c", GenerationID: "g1", Output: []byte(`1`)})
 	work(t, s, &log, TypeGenerationStarted, GenerationStarted{GenerationID: "g2", RequestID: s.ActiveRequestID, Attempt: 1, Model: "m"})

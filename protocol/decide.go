@@ -564,3 +564,12 @@ func (e *emitter) admit() error {
 	}
 	return nil
 }
+
+// Validate checks the controller policy at construction: maxSteps is a
+// positive integer when set, 0 meaning no limit (R-GEN-06).
+func (p Policy) Validate() error {
+	if p.MaxSteps < 0 {
+		return configErr("maxSteps", "must be a positive integer (or unset for no limit), not %d", p.MaxSteps)
+	}
+	return nil
+}

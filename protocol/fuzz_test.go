@@ -266,8 +266,20 @@ func (s *sim) check() error {
 	if err := checkState(s.log, s.state); err != nil {
 		return err
 	}
-	if s.state.Session.Status == SessionStatusClosed && s.state.Active != nil {
-		return fmt.Errorf("closed session has an active turn")
+	if s.state.Session.Status == SessionStatusClosed && (s.state.Active != nil || len(Pending(WorkPolicy{}, s.state)) > 0) {
+		return fmt.Errorf("closed session has an active turn or pending work")
+	}
+	// R-GEN-05: every generation request names its response, and a
+	// continuation its source generation.
+	for _, ev := range s.log {
+		if ev.Type != TypeGenerationRequested {
+			continue
+		}
+		var p GenerationRequested
+		if err := json.Unmarshal(ev.Payload, &p); err != nil || p.ResponseMessageID == "" ||
+			(p.Reason == RequestContinue && p.SourceGenerationID == "") {
+			return fmt.Errorf("generation request %s lacks responseMessageId or sourceGenerationId: %s", ev.ID, ev.Payload)
+		}
 	}
 	return nil
 }

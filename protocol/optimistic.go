@@ -17,9 +17,10 @@ type Overlay struct {
 	pending []Event
 }
 
-// Push records a command pushed (or being pushed) to the session.
+// Push records a command or application event pushed (or being pushed) to
+// the session.
 func (o *Overlay) Push(ev Event) {
-	if ev.Type == TypeControlRequested {
+	if ev.Type == TypeControlRequested || !IsBuiltinType(ev.Type) {
 		o.pending = append(o.pending, ev)
 	}
 }
@@ -32,6 +33,10 @@ func (o *Overlay) Fail(id string) {
 // Observe retires pending commands as confirmed events arrive: a command on
 // its receipt, all of them when the session closes.
 func (o *Overlay) Observe(ev Event) {
+	if !IsBuiltinType(ev.Type) {
+		o.Fail(ev.ID) // an application event is confirmed by its own arrival
+		return
+	}
 	switch ev.Type {
 	case TypeControlDecided:
 		var d Decided
@@ -73,6 +78,9 @@ func Optimistic(confirmed *AIState, pending []Event) *AIState {
 	v := confirmed.Clone()
 	v.Starting = false
 	for _, ev := range pending {
+		if ev.Type != TypeControlRequested {
+			continue
+		}
 		c, err := ParseCommand(ev.Payload)
 		if err != nil {
 			continue
@@ -222,4 +230,25 @@ func Indicator(v *AIState) string {
 		}
 	}
 	return IndicatorThinking
+}
+
+// View is the optimistic session state of a contract client: the AI state
+// shown by Optimistic, and the application state with the pending events
+// folded on top of the confirmed one, after the AI fold as on the server
+// (R-OPT-12, R-CONTRACT-07). Only the standard AI reducer gets the
+// optimistic AI display; a reducer that nests the AI fold sees confirmed
+// events only (R-OPT-11).
+func (c *Contract) View(confirmed *SessionState, o *Overlay) (*SessionState, error) {
+	v := &SessionState{AI: o.View(confirmed.AI), App: confirmed.App}
+	if c == nil || c.opts.Reducer == nil {
+		return v, nil
+	}
+	for _, ev := range o.pending {
+		next, err := c.opts.Reducer.fold(v.App, ev)
+		if err != nil {
+			return nil, err
+		}
+		v.App = next
+	}
+	return v, nil
 }

@@ -335,7 +335,7 @@ func TestIngressTypes(t *testing.T) {
 	}
 }
 
-// R-INPUT-01..17 R-LOG-02 R-LOG-03: builders are pure and give the IDs the
+// R-INPUT-01..17 R-LOG-02 R-LOG-03 R-APPROVAL-06: builders are pure and give the IDs the
 // reference says; every builder's command passes validation.
 func TestInputBuilders(t *testing.T) {
 	m := UIMessage{ID: "m1", Role: RoleUser, Parts: []Part{{Type: PartText, Text: "hi"}}}
