@@ -24,13 +24,46 @@ type sim struct {
 
 func newSim() *sim { return &sim{state: NewAIState(), policy: Policy{MaxSteps: 4}} }
 
+// fencedOrSettled reports whether folding ev must leave the state
+// unchanged: an event of a fenced owner (a generation interrupted or
+// superseded before it), or a tool outcome for a call that already has
+// its terminal outcome.
+func (s *sim) fencedOrSettled(ev Event) bool {
+	var p struct {
+		GenerationID string `json:"generationId"`
+		ToolCallID   string `json:"toolCallId"`
+	}
+	switch ev.Type {
+	case TypeGenerationProgress, TypeGenerationCompleted, TypeGenerationFailed:
+		_ = json.Unmarshal(ev.Payload, &p)
+		switch s.state.TerminalGenerations[p.GenerationID] {
+		case GenInterrupted, GenSuperseded:
+			return true
+		}
+	case TypeToolExecCompleted:
+		_ = json.Unmarshal(ev.Payload, &p)
+		t, ok := s.state.Tools[p.ToolCallID]
+		return ok && toolTerminal(t.Status) && !t.Running
+	}
+	return false
+}
+
 func (s *sim) append(evs ...Event) error {
 	for _, ev := range evs {
 		ev.Session = "s1"
 		ev.Index = uint64(len(s.log) + 1)
 		before, _ := json.Marshal(ev)
+		var unchanged []byte
+		if s.fencedOrSettled(ev) {
+			unchanged, _ = MarshalState(s.state)
+		}
 		if err := Fold(s.state, ev); err != nil {
 			return err
+		}
+		if unchanged != nil {
+			if now, _ := MarshalState(s.state); !bytes.Equal(now, unchanged) {
+				return fmt.Errorf("event %s %s of a fenced owner or a settled call changed the state", ev.Type, ev.ID)
+			}
 		}
 		after, _ := json.Marshal(ev)
 		if !bytes.Equal(before, after) {

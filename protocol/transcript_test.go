@@ -687,5 +687,69 @@ func TestTranscripts(t *testing.T) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return tr.run(t, d)
 		})
+		checkPendingAtEveryCut(t, path, tr.log, tr.work)
 	})
+}
+
+// checkPendingAtEveryCut cuts a scenario's log at every index, as a crash
+// would, and checks that the work Pending names after the cut is what a
+// restarted runtime must do: the same from a fresh fold and from a
+// restored snapshot, nothing for a closed session, one generation attempt
+// for an active running turn's request and none otherwise, tool work only
+// for unsettled calls of the current execution version (reported instead of
+// rerun for report tools whose claim lapsed), and a settle for every owner
+// Pause now cancelled.
+func checkPendingAtEveryCut(t *testing.T, path string, log []Event, p WorkPolicy) {
+	for cut := 0; cut <= len(log); cut++ {
+		s := NewAIState()
+		for _, ev := range log[:cut] {
+			if err := Fold(s, ev); err != nil {
+				t.Fatalf("%s cut %d: %v", path, cut, err)
+			}
+		}
+		work := Pending(p, s)
+		snap, _ := MarshalState(s)
+		restored, err := UnmarshalState(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, b := mustJSON(work), mustJSON(Pending(p, restored)); !bytes.Equal(a, b) {
+			t.Fatalf("%s cut %d: Pending after restore differs:\n%s\n%s", path, cut, a, b)
+		}
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("%s cut %d: %s\nwork: %s", path, cut, fmt.Sprintf(format, args...), mustJSON(work))
+		}
+		if s.Session.Status == SessionStatusClosed && len(work) > 0 {
+			fail("work pending for a closed session")
+		}
+		a := s.Active
+		wantGen := a != nil && a.Phase == PhaseRunning && len(a.Settling) == 0 && !a.Yield && s.ActiveRequestID != "" && !s.TerminalRequestIDs[s.ActiveRequestID]
+		gens, settles := 0, 0
+		for _, w := range work {
+			switch w.Kind {
+			case WorkGeneration:
+				gens++
+				if w.RequestID != s.ActiveRequestID {
+					fail("generation work for %s, active request %s", w.RequestID, s.ActiveRequestID)
+				}
+			case WorkTool, WorkReportInterrupted:
+				tl, ok := s.Tools[w.ToolCallID]
+				if !ok || toolTerminal(tl.Status) || a == nil || tl.Version != a.Version || tl.ResponseID != a.ResponseMessageID {
+					fail("tool work for settled or stale call %s", w.ToolCallID)
+				}
+				if (w.Kind == WorkReportInterrupted) != (p.ReportTools[w.ToolName] && tl.Status == ToolStatusRunning) {
+					fail("report policy misapplied to %s", w.ToolCallID)
+				}
+			case WorkSettle:
+				settles++
+			}
+		}
+		if (gens == 1) != wantGen || gens > 1 {
+			fail("generation work %d, want %v", gens, wantGen)
+		}
+		if a != nil && settles != len(a.Settling) {
+			fail("settle work %d for %d settling owners", settles, len(a.Settling))
+		}
+	}
 }
