@@ -76,14 +76,14 @@ type SessionReader interface {
 }
 
 // ModelOption is the agent's model: a value or a per-generation resolver
-// (R-GEN-10). Build it with Model, ModelWith or ModelFunc.
+// (R-GEN-10). Build it with ModelID, ModelWith or ModelFunc.
 type ModelOption struct {
 	static  *ModelSettings
 	resolve func(context.Context, ResolverContext) (ModelSettings, error)
 }
 
-// Model is a model option of a model ID.
-func Model(id string) ModelOption { return ModelOption{static: &ModelSettings{Model: id}} }
+// ModelID is a model option of a model ID.
+func ModelID(id string) ModelOption { return ModelOption{static: &ModelSettings{Model: id}} }
 
 // ModelWith is a model option of full settings.
 func ModelWith(s ModelSettings) ModelOption { return ModelOption{static: &s} }

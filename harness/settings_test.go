@@ -24,7 +24,7 @@ func TestReasoningLevels(t *testing.T) {
 // resolved value is an error the caller records as the turn's failure).
 func TestModelOption(t *testing.T) {
 	var ce *protocol.ConfigError
-	if err := Model("openai/gpt-5-mini").Validate(); err != nil {
+	if err := ModelID("openai/gpt-5-mini").Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if err := ModelWith(ModelSettings{Model: "x", Reasoning: "extreme"}).Validate(); !errors.As(err, &ce) || ce.Option != "model.reasoning" {
