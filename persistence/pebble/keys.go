@@ -1,0 +1,132 @@
+package pebble
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Key layout. Every key starts with a one-byte tag naming its kind; the
+// layout is documented, with examples, in docs/storage.md.
+//
+//	'e' frame(session) be64(index)                 -> Event record (the log)
+//	'i' eventID                                    -> EventRef (global ID index)
+//	'm' session                                    -> SessionMeta (last index)
+//	's' frame(session) frame(reducer) be64(index)  -> Snapshot record
+//	'v'                                            -> format version (uvarint)
+//
+// frame(x) is uvarint(len(x)) followed by x, so that no session ID is a
+// prefix of another's keys whatever bytes it contains. Indexes are
+// big-endian so that byte order is index order and a range read of one
+// session is one forward scan. Meta keys hold the bare session ID, so a scan
+// of the 'm' range lists sessions in ascending order.
+const (
+	tagLog      = 'e'
+	tagID       = 'i'
+	tagMeta     = 'm'
+	tagSnapshot = 's'
+	tagFormat   = 'v'
+)
+
+// formatVersion is the version of the layout and encodings above. Open
+// refuses a store written with another version.
+const formatVersion = 1
+
+var formatKey = []byte{tagFormat}
+
+func appendFrame(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// logPrefix is the prefix shared by every log key of session.
+func logPrefix(session string) []byte {
+	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(session)+8)
+	return appendFrame(append(k, tagLog), session)
+}
+
+// logKey is the key of the event at index of session.
+func logKey(session string, index uint64) []byte {
+	return binary.BigEndian.AppendUint64(logPrefix(session), index)
+}
+
+// idKey is the key of the global event-ID index entry for id.
+func idKey(id string) []byte {
+	k := make([]byte, 0, 1+len(id))
+	return append(append(k, tagID), id...)
+}
+
+// metaKey is the key of session's metadata.
+func metaKey(session string) []byte {
+	k := make([]byte, 0, 1+len(session))
+	return append(append(k, tagMeta), session...)
+}
+
+// snapshotPrefix is the prefix of every snapshot key of (session, reducer).
+func snapshotPrefix(session, reducer string) []byte {
+	k := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(session)+len(reducer)+8)
+	return appendFrame(appendFrame(append(k, tagSnapshot), session), reducer)
+}
+
+// snapshotKey is the key of the snapshot of (session, reducer) at index.
+func snapshotKey(session, reducer string, index uint64) []byte {
+	return binary.BigEndian.AppendUint64(snapshotPrefix(session, reducer), index)
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix p,
+// or nil when there is none (p is all 0xff).
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+var errKeyIndex = errors.New("key does not end in an 8-byte index")
+
+// keyIndex returns the big-endian index that ends a log or snapshot key
+// whose prefix has length prefixLen.
+func keyIndex(key []byte, prefixLen int) (uint64, error) {
+	if len(key) != prefixLen+8 {
+		return 0, errKeyIndex
+	}
+	return binary.BigEndian.Uint64(key[prefixLen:]), nil
+}
+
+// describeKey renders a key for error messages: its kind, session and index
+// when it parses, else the raw bytes quoted.
+func describeKey(key []byte) string {
+	if len(key) == 0 {
+		return `""`
+	}
+	readFrame := func(b []byte) (string, []byte, bool) {
+		n, w := binary.Uvarint(b)
+		if w <= 0 || uint64(len(b)-w) < n {
+			return "", nil, false
+		}
+		return string(b[w : w+int(n)]), b[w+int(n):], true
+	}
+	switch key[0] {
+	case tagLog:
+		if s, rest, ok := readFrame(key[1:]); ok && len(rest) == 8 {
+			return fmt.Sprintf("log key %q (session %q, index %d)", key, s, binary.BigEndian.Uint64(rest))
+		}
+	case tagID:
+		return fmt.Sprintf("event-ID key %q (event %q)", key, key[1:])
+	case tagMeta:
+		return fmt.Sprintf("meta key %q (session %q)", key, key[1:])
+	case tagSnapshot:
+		if s, rest, ok := readFrame(key[1:]); ok {
+			if r, rest, ok := readFrame(rest); ok && len(rest) == 8 {
+				return fmt.Sprintf("snapshot key %q (session %q, reducer %q, index %d)", key, s, r, binary.BigEndian.Uint64(rest))
+			}
+		}
+	case tagFormat:
+		return fmt.Sprintf("format key %q", key)
+	}
+	return fmt.Sprintf("key %q", key)
+}

@@ -1,0 +1,153 @@
+package pebble
+
+import (
+	"context"
+	"sync"
+)
+
+// sessionState is what the store keeps in memory about one session.
+//
+// Two locks, because they are held for very different times:
+//   - appendMu serializes the writes of the session (Append, SaveSnapshot's
+//     retention) and is held across the synced commit, so the expected-index
+//     check and the write are atomic per session;
+//   - mu guards the acknowledged last index and the wake-up channel, and is
+//     held only for a few instructions, so Wait and Read never queue behind
+//     an fsync.
+//
+// last is the durability watermark of the session: the index of the last
+// event whose Append has returned, that is, whose batch is synced. Pebble
+// makes a committed batch visible to readers before its WAL sync completes
+// (the commit pipeline publishes in sequence order, then waits for the
+// sync), so reads are bounded by last rather than by what Pebble shows.
+type sessionState struct {
+	appendMu sync.Mutex
+	snapMu   sync.Mutex // serializes SaveSnapshot for the session
+
+	mu      sync.Mutex
+	loaded  bool          // last has been read from the store
+	last    uint64        // acknowledged last index; valid when loaded
+	changed chan struct{} // closed and replaced each time last advances
+
+	refs int // calls holding this state; guarded by registry.mu
+}
+
+// advance records a newly acknowledged last index and wakes every waiter.
+func (st *sessionState) advance(last uint64) {
+	st.mu.Lock()
+	if last > st.last {
+		st.last = last
+	}
+	close(st.changed)
+	st.changed = make(chan struct{})
+	st.mu.Unlock()
+}
+
+// registry maps session IDs to their in-memory state. A state stays cached
+// after its last user releases it, so the hot path never re-reads the last
+// index, until the registry holds more than max states; idle states beyond
+// that are dropped on release. Dropping one is safe: it only caches what the
+// store holds, and a new state reloads it under appendMu.
+type registry struct {
+	mu  sync.Mutex
+	m   map[string]*sessionState
+	max int
+}
+
+func newRegistry(max int) *registry {
+	return &registry{m: make(map[string]*sessionState), max: max}
+}
+
+// acquire returns the state of session, pinned until release.
+func (r *registry) acquire(session string) *sessionState {
+	r.mu.Lock()
+	st := r.m[session]
+	if st == nil {
+		st = &sessionState{changed: make(chan struct{})}
+		r.m[session] = st
+	}
+	st.refs++
+	r.mu.Unlock()
+	return st
+}
+
+// release unpins a state returned by acquire.
+func (r *registry) release(session string, st *sessionState) {
+	r.mu.Lock()
+	st.refs--
+	if st.refs == 0 && len(r.m) > r.max {
+		delete(r.m, session)
+	}
+	r.mu.Unlock()
+}
+
+// firstAppendPending reports whether session's first batch may be committed
+// but not yet acknowledged. A visible meta key of such a session must not be
+// listed. If no state is cached, no Append of the session is in progress (an
+// Append pins its state), and if the state is not loaded no Append has
+// reached its commit.
+func (r *registry) firstAppendPending(session string) bool {
+	r.mu.Lock()
+	st := r.m[session]
+	r.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.loaded && st.last == 0
+}
+
+// idClaims makes the check "is this event ID stored?" and the write that
+// stores it atomic across sessions. Each Append claims the IDs of its batch
+// before looking them up and holds the claim until its commit returns, so two
+// sessions can never both store the same new ID (R-LOG-01). A batch takes all
+// its claims or none, and waits holding none, so claims cannot deadlock.
+type idClaims struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func newIDClaims() *idClaims {
+	return &idClaims{m: make(map[string]chan struct{})}
+}
+
+// claim blocks until no other batch holds any of ids, then claims them all.
+// It returns ctx's error if ctx ends first, holding nothing.
+func (c *idClaims) claim(ctx context.Context, ids []string) error {
+	for {
+		c.mu.Lock()
+		var busy chan struct{}
+		for _, id := range ids {
+			if ch, ok := c.m[id]; ok {
+				busy = ch
+				break
+			}
+		}
+		if busy == nil {
+			done := make(chan struct{})
+			for _, id := range ids {
+				c.m[id] = done
+			}
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// unclaim releases the claims taken by claim(ids) and wakes their waiters.
+func (c *idClaims) unclaim(ids []string) {
+	c.mu.Lock()
+	done := c.m[ids[0]]
+	for _, id := range ids {
+		delete(c.m, id)
+	}
+	c.mu.Unlock()
+	close(done)
+}
