@@ -257,3 +257,32 @@ func mustMarshal(v any) json.RawMessage {
 	}
 	return b
 }
+
+// TakeUsage reads the usage a provider reported on a finish chunk's
+// messageMetadata ({"usage": {...}}) and removes it from the chunk, so that
+// usage is recorded on the generation, not merged into the assistant
+// message's metadata. It returns nil when the chunk carries none.
+func TakeUsage(c *protocol.UIMessageChunk) *protocol.Usage {
+	if c.Type != protocol.ChunkFinish || len(c.MessageMeta) == 0 {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(c.MessageMeta, &m) != nil {
+		return nil
+	}
+	raw, ok := m["usage"]
+	if !ok {
+		return nil
+	}
+	var u protocol.Usage
+	if json.Unmarshal(raw, &u) != nil {
+		return nil
+	}
+	delete(m, "usage")
+	if len(m) == 0 {
+		c.MessageMeta = nil
+	} else {
+		c.MessageMeta = mustMarshal(m)
+	}
+	return &u
+}

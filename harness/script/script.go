@@ -1,0 +1,365 @@
+// Package script is a deterministic model for tests: a JSON script decides,
+// for each model call, the chunks the model streams (text and reasoning in
+// chunks of a given size, tool calls with inputs, usage, finish reason, a
+// provider error), with optional delays and named gates that hold the
+// stream until released. docs/testing.md documents the format.
+package script
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// Script is the whole script.
+type Script struct {
+	// Replies are matched against each model call in order: the first reply
+	// whose Match is contained in the latest user text (case-insensitive),
+	// or the next unmatched reply in order when none has a Match that fits.
+	Replies []Reply `json:"replies"`
+	// Default answers a call that no reply fits; without it such a call
+	// fails with a provider error naming the text.
+	Default *Reply `json:"default,omitempty"`
+}
+
+// Reply is what the model does for one call.
+type Reply struct {
+	// Match selects the reply by the latest user text; empty matches by
+	// order.
+	Match string `json:"match,omitempty"`
+	// Reasoning and Text are streamed in chunks of ChunkSize runes (default:
+	// one word per chunk).
+	Reasoning string `json:"reasoning,omitempty"`
+	Text      string `json:"text,omitempty"`
+	ChunkSize int    `json:"chunkSize,omitempty"`
+	// DelayMs waits before every chunk.
+	DelayMs int `json:"delayMs,omitempty"`
+	// Gate holds the stream after its first text chunk until released.
+	Gate string `json:"gate,omitempty"`
+	// ToolCalls are called after the text, in order.
+	ToolCalls []ToolCall `json:"toolCalls,omitempty"`
+	// Usage is reported at the end (default: bytes/4 of prompt and text).
+	Usage *protocol.Usage `json:"usage,omitempty"`
+	// FinishReason defaults to "tool-calls" with tool calls, else "stop".
+	FinishReason string `json:"finishReason,omitempty"`
+	// Error fails the call with a provider error after the text.
+	Error string `json:"error,omitempty"`
+	// Then is the reply to the continuation after this call's tool results
+	// (a reply chain); continuations without it use the script order.
+	Then *Reply `json:"then,omitempty"`
+}
+
+// ToolCall is a tool call the model makes.
+type ToolCall struct {
+	ID    string          `json:"id,omitempty"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+}
+
+// Parse reads a script.
+func Parse(b []byte) (*Script, error) {
+	var s Script
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("script: %w", err)
+	}
+	return &s, nil
+}
+
+// Load reads a script file.
+func Load(path string) (*Script, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("script: %w", err)
+	}
+	return Parse(b)
+}
+
+// Model serves a script. It is safe for concurrent use by many sessions;
+// replies are chosen per session (order counts per session).
+type Model struct {
+	script *Script
+	mu     sync.Mutex
+	used   map[string]map[int]bool // session -> reply index -> used
+	next   map[string]*Reply       // session -> chained reply for the next call
+	gates  map[string]chan struct{}
+	calls  []harness.Request
+}
+
+// New returns a model serving s.
+func New(s *Script) *Model {
+	return &Model{script: s, used: map[string]map[int]bool{}, next: map[string]*Reply{}, gates: map[string]chan struct{}{}}
+}
+
+// Release opens a gate: streams held at it continue, and later ones pass.
+func (m *Model) Release(gate string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch, ok := m.gates[gate]
+	if !ok {
+		ch = make(chan struct{})
+		m.gates[gate] = ch
+	}
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func (m *Model) gate(name string) chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch, ok := m.gates[name]
+	if !ok {
+		ch = make(chan struct{})
+		m.gates[name] = ch
+	}
+	return ch
+}
+
+// Calls returns the requests the model received, in order.
+func (m *Model) Calls() []harness.Request {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]harness.Request(nil), m.calls...)
+}
+
+// latestUserText is the text of the prompt's last user message.
+func latestUserText(req harness.Request) string {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role != harness.ModelRoleUser {
+			continue
+		}
+		var b strings.Builder
+		for _, p := range req.Messages[i].Content {
+			if p.Type == harness.ContentText {
+				b.WriteString(p.Text)
+			}
+		}
+		return b.String()
+	}
+	return ""
+}
+
+func (m *Model) choose(req harness.Request) (*Reply, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, req)
+	last := req.Messages
+	continuation := len(last) > 0 && last[len(last)-1].Role == harness.ModelRoleTool
+	if r := m.next[req.SessionID]; r != nil && continuation {
+		delete(m.next, req.SessionID)
+		m.remember(req.SessionID, r)
+		return r, nil
+	}
+	used := m.used[req.SessionID]
+	if used == nil {
+		used = map[int]bool{}
+		m.used[req.SessionID] = used
+	}
+	text := strings.ToLower(latestUserText(req))
+	for i := range m.script.Replies {
+		r := &m.script.Replies[i]
+		if !used[i] && r.Match != "" && strings.Contains(text, strings.ToLower(r.Match)) {
+			used[i] = true
+			m.remember(req.SessionID, r)
+			return r, nil
+		}
+	}
+	for i := range m.script.Replies {
+		r := &m.script.Replies[i]
+		if !used[i] && r.Match == "" {
+			used[i] = true
+			m.remember(req.SessionID, r)
+			return r, nil
+		}
+	}
+	if m.script.Default != nil {
+		m.remember(req.SessionID, m.script.Default)
+		return m.script.Default, nil
+	}
+	return nil, fmt.Errorf("script: no reply for %q", text)
+}
+
+func (m *Model) remember(session string, r *Reply) {
+	if r.Then != nil {
+		m.next[session] = r.Then
+	}
+}
+
+// Stream implements harness.Model.
+func (m *Model) Stream(ctx context.Context, req harness.Request) (harness.Stream, error) {
+	r, err := m.choose(req)
+	if err != nil {
+		return nil, err
+	}
+	return &stream{ctx: ctx, m: m, chunks: plan(r, req), reply: r}, nil
+}
+
+// ProviderError is the error of a scripted provider failure.
+type ProviderError struct{ Message string }
+
+func (e *ProviderError) Error() string { return "script: provider error: " + e.Message }
+
+type planned struct {
+	chunk protocol.UIMessageChunk
+	gate  string
+	err   error
+}
+
+// plan lays out the chunks of a reply.
+func plan(r *Reply, req harness.Request) []planned {
+	var out []planned
+	add := func(c protocol.UIMessageChunk) { out = append(out, planned{chunk: c}) }
+	add(protocol.UIMessageChunk{Type: protocol.ChunkStart})
+	add(protocol.UIMessageChunk{Type: protocol.ChunkStartStep})
+	if r.Reasoning != "" {
+		add(protocol.UIMessageChunk{Type: protocol.ChunkReasoningStart, ID: "r0"})
+		for _, piece := range split(r.Reasoning, r.ChunkSize) {
+			add(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: "r0", Delta: piece})
+		}
+		add(protocol.UIMessageChunk{Type: protocol.ChunkReasoningEnd, ID: "r0"})
+	}
+	if r.Text != "" {
+		add(protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: "t0"})
+		for i, piece := range split(r.Text, r.ChunkSize) {
+			add(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t0", Delta: piece})
+			if i == 0 && r.Gate != "" {
+				out = append(out, planned{gate: r.Gate})
+			}
+		}
+		add(protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: "t0"})
+	} else if r.Gate != "" {
+		out = append(out, planned{gate: r.Gate})
+	}
+	if r.Error != "" {
+		out = append(out, planned{err: &ProviderError{Message: r.Error}})
+		return out
+	}
+	for i, tc := range r.ToolCalls {
+		id := tc.ID
+		if id == "" {
+			id = "call-" + req.GenerationID + "-" + strconv.Itoa(i)
+		}
+		input := tc.Input
+		if len(input) == 0 {
+			input = json.RawMessage("{}")
+		}
+		add(protocol.UIMessageChunk{Type: protocol.ChunkToolInputStart, ToolCallID: id, ToolName: tc.Name})
+		add(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: id, InputTextDelta: string(input)})
+		add(protocol.UIMessageChunk{Type: protocol.ChunkToolInputAvailable, ToolCallID: id, ToolName: tc.Name, Input: input})
+	}
+	finish := r.FinishReason
+	if finish == "" {
+		finish = "stop"
+		if len(r.ToolCalls) > 0 {
+			finish = "tool-calls"
+		}
+	}
+	usage := r.Usage
+	if usage == nil {
+		b, _ := json.Marshal(req.Messages)
+		in := int64(len(b)+len(req.System)+3) / 4
+		outTok := int64(len(r.Text)+len(r.Reasoning)+3) / 4
+		usage = &protocol.Usage{InputTokens: in, OutputTokens: outTok, TotalTokens: in + outTok}
+	}
+	meta, _ := json.Marshal(map[string]any{"usage": usage})
+	add(protocol.UIMessageChunk{Type: protocol.ChunkFinishStep})
+	add(protocol.UIMessageChunk{Type: protocol.ChunkFinish, FinishReason: finish, MessageMeta: meta})
+	return out
+}
+
+// split cuts text into pieces of n runes, or into words (with their
+// trailing space) when n is 0.
+func split(text string, n int) []string {
+	if n <= 0 {
+		return strings.SplitAfter(text, " ")
+	}
+	var out []string
+	r := []rune(text)
+	for len(r) > 0 {
+		k := n
+		if k > len(r) {
+			k = len(r)
+		}
+		out = append(out, string(r[:k]))
+		r = r[k:]
+	}
+	return out
+}
+
+type stream struct {
+	ctx    context.Context
+	m      *Model
+	chunks []planned
+	reply  *Reply
+	pos    int
+	closed bool
+}
+
+// Next implements harness.Stream.
+func (s *stream) Next() (protocol.UIMessageChunk, error) {
+	for {
+		if s.closed {
+			return protocol.UIMessageChunk{}, errors.New("script: stream closed")
+		}
+		if err := s.ctx.Err(); err != nil {
+			return protocol.UIMessageChunk{}, context.Cause(s.ctx)
+		}
+		if s.pos >= len(s.chunks) {
+			return protocol.UIMessageChunk{}, io.EOF
+		}
+		p := s.chunks[s.pos]
+		s.pos++
+		if p.gate != "" {
+			select {
+			case <-s.m.gate(p.gate):
+			case <-s.ctx.Done():
+				return protocol.UIMessageChunk{}, context.Cause(s.ctx)
+			}
+			continue
+		}
+		if p.err != nil {
+			return protocol.UIMessageChunk{}, p.err
+		}
+		if s.reply.DelayMs > 0 {
+			t := time.NewTimer(time.Duration(s.reply.DelayMs) * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-s.ctx.Done():
+				t.Stop()
+				return protocol.UIMessageChunk{}, context.Cause(s.ctx)
+			}
+		}
+		return p.chunk, nil
+	}
+}
+
+// Close implements harness.Stream.
+func (s *stream) Close() error { s.closed = true; return nil }
+
+// UsageOf reads the usage a stream reported on its finish chunk.
+func UsageOf(c protocol.UIMessageChunk) *protocol.Usage {
+	if c.Type != protocol.ChunkFinish || len(c.MessageMeta) == 0 {
+		return nil
+	}
+	var m struct {
+		Usage *protocol.Usage `json:"usage"`
+	}
+	if json.Unmarshal(c.MessageMeta, &m) != nil {
+		return nil
+	}
+	return m.Usage
+}

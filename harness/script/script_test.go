@@ -1,0 +1,136 @@
+package script
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+func userReq(session, text string) harness.Request {
+	return harness.Request{SessionID: session, GenerationID: "g", Messages: []harness.ModelMessage{{Role: harness.ModelRoleUser,
+		Content: []harness.ContentPart{{Type: harness.ContentText, Text: text}}}}}
+}
+
+func drain(t *testing.T, s harness.Stream) ([]protocol.UIMessageChunk, error) {
+	t.Helper()
+	var out []protocol.UIMessageChunk
+	for {
+		c, err := s.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, c)
+	}
+}
+
+func texts(cs []protocol.UIMessageChunk) string {
+	var b strings.Builder
+	for _, c := range cs {
+		if c.Type == protocol.ChunkTextDelta {
+			b.WriteString(c.Delta + "|")
+		}
+	}
+	return b.String()
+}
+
+func TestParseRejectsUnknownFields(t *testing.T) {
+	if _, err := Parse([]byte(`{"replies":[{"txt":"typo"}]}`)); err == nil {
+		t.Fatal("a typo must fail")
+	}
+}
+
+// Replies match the latest user text, else go in order; chunk sizes split
+// text; tool calls stream their input; errors fail the stream.
+func TestRepliesAndChunks(t *testing.T) {
+	s, err := Parse([]byte(`{"replies":[
+		{"match":"weather","text":"sunny day","chunkSize":3},
+		{"text":"in order"},
+		{"match":"tool","toolCalls":[{"id":"c1","name":"x","input":{"a":1}}]},
+		{"match":"boom","text":"half","error":"overloaded"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(s)
+	ctx := context.Background()
+	st, _ := m.Stream(ctx, userReq("s", "what about the WEATHER?"))
+	cs, err := drain(t, st)
+	if err != nil || texts(cs) != "sun|ny |day|" {
+		t.Fatalf("%q %v", texts(cs), err)
+	}
+	if cs[len(cs)-1].Type != protocol.ChunkFinish || cs[len(cs)-1].FinishReason != "stop" || UsageOf(cs[len(cs)-1]) == nil {
+		t.Fatalf("finish %+v", cs[len(cs)-1])
+	}
+	st, _ = m.Stream(ctx, userReq("s", "anything"))
+	if cs, _ := drain(t, st); texts(cs) != "in |order|" {
+		t.Fatalf("order: %q", texts(cs))
+	}
+	st, _ = m.Stream(ctx, userReq("s", "use a tool"))
+	cs, _ = drain(t, st)
+	found := false
+	for _, c := range cs {
+		if c.Type == protocol.ChunkToolInputAvailable && c.ToolCallID == "c1" && string(c.Input) == `{"a":1}` {
+			found = true
+		}
+		if c.Type == protocol.ChunkFinish && c.FinishReason != "tool-calls" {
+			t.Fatalf("finish reason %q", c.FinishReason)
+		}
+	}
+	if !found {
+		t.Fatal("no tool call")
+	}
+	st, _ = m.Stream(ctx, userReq("s", "boom"))
+	if _, err := drain(t, st); !errors.As(err, new(*ProviderError)) {
+		t.Fatalf("error %v", err)
+	}
+	if _, err := m.Stream(ctx, userReq("s", "nothing left")); err == nil {
+		t.Fatal("no reply left must fail")
+	}
+	if len(m.Calls()) != 5 {
+		t.Fatalf("%d calls", len(m.Calls()))
+	}
+}
+
+// A gate holds the stream until released; cancellation ends it with the
+// context's cause.
+func TestGatesAndCancellation(t *testing.T) {
+	s, _ := Parse([]byte(`{"default":{"text":"a b c","gate":"g"}}`))
+	m := New(s)
+	st, _ := m.Stream(context.Background(), userReq("s", "x"))
+	got := make(chan string, 1)
+	go func() {
+		cs, _ := drain(t, st)
+		got <- texts(cs)
+	}()
+	select {
+	case <-got:
+		t.Fatal("the stream passed a closed gate")
+	case <-time.After(30 * time.Millisecond):
+	}
+	m.Release("g")
+	select {
+	case s := <-got:
+		if s != "a |b |c|" {
+			t.Fatalf("%q", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a released gate still holds")
+	}
+	s2, _ := Parse([]byte(`{"default":{"text":"x","gate":"h"}}`))
+	m2 := New(s2)
+	cause := errors.New("stopped")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	st2, _ := m2.Stream(ctx, userReq("s", "x"))
+	go func() { time.Sleep(10 * time.Millisecond); cancel(cause) }()
+	if _, err := drain(t, st2); !errors.Is(err, cause) {
+		t.Fatalf("cancel: %v", err)
+	}
+}

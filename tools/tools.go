@@ -1,0 +1,178 @@
+// Package tools defines tools an agent can call: a name, a description, a
+// JSON Schema for the input (validated before the tool runs), an Execute
+// function and an optional approval predicate. Inside Execute, the handler
+// context of the execution is available from the context.
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// Tool is a tool definition.
+type Tool struct {
+	// Name is how the model calls the tool.
+	Name string
+	// Description tells the model what the tool does.
+	Description string
+	// InputSchema is the JSON Schema of the input (default: any object).
+	InputSchema json.RawMessage
+	// Execute runs the tool. It receives the validated input and returns
+	// the output (any JSON value) or an error, which the model sees as the
+	// tool's error result. ctx carries the abort signal and the handler
+	// context (FromContext).
+	Execute func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
+	// NeedsApproval, when set, asks the user before the call runs. It is
+	// re-evaluated on recovery for the same call, so keep it deterministic
+	// over the input (R-APPROVAL-09).
+	NeedsApproval func(input json.RawMessage) bool
+	// Recovery is "rerun" (default) or "report" (R-TOOL-12).
+	Recovery string
+}
+
+// Set is a validated set of tools.
+type Set struct {
+	tools   map[string]*compiled
+	ordered []string
+}
+
+type compiled struct {
+	Tool
+	schema *jsonschema.Schema
+}
+
+// NewSet validates the tools: unique non-empty names, compilable schemas,
+// an Execute function.
+func NewSet(list ...Tool) (*Set, error) {
+	s := &Set{tools: map[string]*compiled{}}
+	for i, t := range list {
+		opt := fmt.Sprintf("tools[%d]", i)
+		if strings.TrimSpace(t.Name) == "" {
+			return nil, &protocol.ConfigError{Option: opt + ".name", Message: "is required"}
+		}
+		if _, dup := s.tools[t.Name]; dup {
+			return nil, &protocol.ConfigError{Option: opt + ".name", Message: fmt.Sprintf("%q is defined twice", t.Name)}
+		}
+		if t.Execute == nil {
+			return nil, &protocol.ConfigError{Option: opt + ".execute", Message: fmt.Sprintf("tool %q has no Execute", t.Name)}
+		}
+		if t.Recovery != "" && t.Recovery != protocol.RecoveryRerun && t.Recovery != protocol.RecoveryReport {
+			return nil, &protocol.ConfigError{Option: opt + ".recovery", Message: fmt.Sprintf("must be %q or %q", protocol.RecoveryRerun, protocol.RecoveryReport)}
+		}
+		if len(t.InputSchema) == 0 {
+			t.InputSchema = json.RawMessage(`{"type":"object"}`)
+		}
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.InputSchema))
+		if err != nil {
+			return nil, &protocol.ConfigError{Option: opt + ".inputSchema", Message: fmt.Sprintf("is not JSON: %v", err)}
+		}
+		c := jsonschema.NewCompiler()
+		url := "mem://tools/" + t.Name + ".json"
+		if err := c.AddResource(url, doc); err != nil {
+			return nil, &protocol.ConfigError{Option: opt + ".inputSchema", Message: err.Error()}
+		}
+		sch, err := c.Compile(url)
+		if err != nil {
+			return nil, &protocol.ConfigError{Option: opt + ".inputSchema", Message: fmt.Sprintf("does not compile: %v", err)}
+		}
+		s.tools[t.Name] = &compiled{Tool: t, schema: sch}
+		s.ordered = append(s.ordered, t.Name)
+	}
+	return s, nil
+}
+
+// Names lists the tools in definition order.
+func (s *Set) Names() []string {
+	if s == nil {
+		return nil
+	}
+	return append([]string(nil), s.ordered...)
+}
+
+// Get returns a tool.
+func (s *Set) Get(name string) (*Tool, bool) {
+	if s == nil {
+		return nil, false
+	}
+	c, ok := s.tools[name]
+	if !ok {
+		return nil, false
+	}
+	return &c.Tool, true
+}
+
+// Info describes the tools for toolRecovery validation.
+func (s *Set) Info() []protocol.ToolInfo {
+	var out []protocol.ToolInfo
+	for _, n := range s.Names() {
+		out = append(out, protocol.ToolInfo{Name: n, Local: true})
+	}
+	return out
+}
+
+// ErrInvalidInput is wrapped by the error Validate returns for input the
+// schema rejects; the model sees it as the tool's error result and the tool
+// does not run.
+var ErrInvalidInput = errors.New("tools: invalid input")
+
+// Validate checks a call's input against the tool's schema.
+func (s *Set) Validate(name string, input json.RawMessage) error {
+	c, ok := s.tools[name]
+	if !ok {
+		return fmt.Errorf("%w: no tool named %q", ErrInvalidInput, name)
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(input))
+	if err != nil {
+		return fmt.Errorf("%w: the input is not JSON: %v", ErrInvalidInput, err)
+	}
+	if err := c.schema.Validate(v); err != nil {
+		return fmt.Errorf("%w for tool %q: %v", ErrInvalidInput, name, err)
+	}
+	return nil
+}
+
+// Context is the handler context of one tool execution attempt
+// (R-TOOL-20): the work event, the attempt and the session. It is built per
+// attempt and never persisted (R-TOOL-25).
+type Context struct {
+	// Event is the ai.tool.execution.requested work event (R-TOOL-23).
+	Event protocol.Event
+	// Call is its decoded payload: the call, its generation, the turn and
+	// the execution version.
+	Call protocol.ToolExecutionRequested
+	// Attempt counts from 1.
+	Attempt int
+	// Session is the session's ID.
+	Session string
+	// Append appends trusted events to the session (server append).
+	Append func(ctx context.Context, events ...protocol.Event) ([]protocol.Event, error)
+}
+
+type ctxKey struct{}
+
+// WithContext returns ctx carrying the handler context (the test seam of
+// runWithHandlerContext, R-TOOL-27).
+func WithContext(ctx context.Context, hc *Context) context.Context {
+	return context.WithValue(ctx, ctxKey{}, hc)
+}
+
+// ErrNoHandlerContext is returned by FromContext outside a tool execution
+// (R-TOOL-21).
+var ErrNoHandlerContext = errors.New("tools: no handler context: call it inside a tool's Execute")
+
+// FromContext returns the handler context of the running execution.
+func FromContext(ctx context.Context) (*Context, error) {
+	hc, ok := ctx.Value(ctxKey{}).(*Context)
+	if !ok || hc == nil {
+		return nil, ErrNoHandlerContext
+	}
+	return hc, nil
+}
