@@ -1,0 +1,144 @@
+// Package actors is the actor shell around the pure session core: one
+// session actor per session is the single writer of its log. It persists,
+// then acts: commands are decided (protocol.Decide) and appended with their
+// effects; the work protocol.Pending names is run by child lanes (the model
+// steps of the generation lane); subscribers read only durable events.
+package actors
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// ModelProvider resolves a model ID (as resolved by the agent's model
+// option) to the model that serves it.
+type ModelProvider func(modelID string) (harness.Model, error)
+
+// HarnessOptions are the options of the default AI SDK harness. They exist
+// only here: passing them to the agent itself is not possible in Go's
+// types, which is the Go form of R-GEN-8's construction error.
+type HarnessOptions struct {
+	// Generation holds the per-step settings (static).
+	Generation harness.GenerationSettings
+	// GenerationFunc resolves per-step settings once per attempt; it wins
+	// over Generation when set.
+	GenerationFunc func(context.Context, harness.ResolverContext) (harness.GenerationSettings, error)
+	// Compaction configures automatic compaction.
+	Compaction protocol.CompactionOptions
+}
+
+// Handler handles an application event at least once; event.ID is its
+// idempotency key.
+type Handler func(ctx context.Context, event protocol.Event) error
+
+// AgentOptions define an agent: the Go form of agent({...}).
+type AgentOptions struct {
+	// Name builds the agent's own contract, or Contract is a shared one;
+	// never both (R-CONTRACT-12).
+	Name     string
+	Contract *protocol.Contract
+	// Events are server-only application events of a named agent.
+	Events map[string]protocol.Schema
+	// Model is the model ID or settings, or a resolver (R-GEN-10).
+	Model harness.ModelOption
+	// Models serves a resolved model ID.
+	Models ModelProvider
+	// Instructions are the system prompt, or a resolver (R-GEN-11).
+	Instructions harness.InstructionsOption
+	// MaxSteps caps the model steps of one response; 0 is no limit.
+	MaxSteps int
+	// Harness holds the default harness's options.
+	Harness HarnessOptions
+	// Progress batches model chunks into durable progress events.
+	Progress protocol.ProgressOptions
+	// ToolLane and ToolRecovery govern tool executions.
+	ToolLane     string
+	ToolRecovery map[string]string
+	// Handlers are application event handlers.
+	Handlers map[string]Handler
+	// Tools the model may call; A2 executes them durably.
+	Tools []tools.Tool
+}
+
+// Agent is a validated agent definition.
+type Agent struct {
+	opts     AgentOptions
+	tools    *tools.Set
+	contract *protocol.Contract
+	policy   protocol.Policy
+	work     protocol.WorkPolicy
+	progress protocol.ProgressOptions
+}
+
+// NewAgent validates the options (R-GEN-*, R-CONTRACT-*): a wrong option is
+// a *protocol.ConfigError naming the option.
+func NewAgent(o AgentOptions) (*Agent, error) {
+	c, err := protocol.ResolveContract(o.Name, o.Contract, o.Events, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.Model.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Models == nil {
+		return nil, &protocol.ConfigError{Option: "models", Message: "a model provider is required to serve the model"}
+	}
+	policy := protocol.Policy{MaxSteps: o.MaxSteps}
+	if err := policy.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.Harness.Generation.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.Harness.Compaction.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.Progress.Validate(); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(o.Handlers))
+	for n := range o.Handlers {
+		names = append(names, n)
+	}
+	if err := c.ValidateHandlers(names); err != nil {
+		return nil, err
+	}
+	set, err := tools.NewSet(o.Tools...)
+	if err != nil {
+		return nil, err
+	}
+	recovery := map[string]string{}
+	for _, t := range o.Tools {
+		if t.Recovery != "" {
+			recovery[t.Name] = t.Recovery
+		}
+	}
+	for k, v := range o.ToolRecovery {
+		recovery[k] = v
+	}
+	report, err := protocol.ValidateToolRecovery(recovery, set.Info())
+	if err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(o.ToolLane, " \t\n") {
+		return nil, &protocol.ConfigError{Option: "toolLane", Message: "must be a name without spaces"}
+	}
+	return &Agent{
+		opts: o, contract: c, policy: policy, tools: set,
+		work:     protocol.WorkPolicy{ToolLane: o.ToolLane, ReportTools: report, NoMetadata: !o.Harness.Compaction.Discovery()},
+		progress: o.Progress.WithDefaults(),
+	}, nil
+}
+
+// Name is the agent's (contract's) name.
+func (a *Agent) Name() string { return a.contract.Name() }
+
+// Contract is the agent's contract.
+func (a *Agent) Contract() *protocol.Contract { return a.contract }
+
+func (a *Agent) String() string { return fmt.Sprintf("agent %q", a.Name()) }

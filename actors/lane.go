@@ -1,0 +1,510 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// Abort causes carried by a lane's context (context.Cause).
+var (
+	ErrStopped        = errors.New("actors: the turn was stopped")
+	ErrPaused         = errors.New("actors: the turn was paused now")
+	ErrSuperseded     = errors.New("actors: the attempt was superseded")
+	errSessionStopped = errors.New("actors: the session actor stopped")
+)
+
+// lane is one model step in progress: a child actor runs the model stream
+// and sends its chunks to the session actor, which writes them as progress
+// batches.
+type lane struct {
+	gen       string
+	request   string
+	attempt   int
+	pid       *actor.PID
+	cancel    context.CancelCauseFunc
+	startedEv *protocol.Event
+	started   bool
+	// pre are the compaction events of the step, written after its start
+	// and before its progress.
+	pre      []protocol.Event
+	chunks   []protocol.UIMessageChunk
+	next     int // index of the next chunk to write
+	boundary bool
+	end      *laneEnd
+}
+
+type laneStarted struct {
+	gen   string
+	model string
+}
+
+// laneEvent is an event the lane writes itself (compaction).
+type laneEvent struct {
+	gen string
+	ev  protocol.Event
+}
+
+type laneChunk struct {
+	gen   string
+	chunk protocol.UIMessageChunk
+}
+
+type laneEnd struct {
+	gen string
+	// failure is the turn's failure message (a provider or resolver error);
+	// empty on success. aborted is set when the lane was cancelled: nothing
+	// is recorded then, the state already fenced or will supersede it.
+	failure      string
+	aborted      bool
+	usage        *protocol.Usage
+	finishReason string
+	estimate     int64
+	bytes        int64
+	// noModel marks a failure before the model resolved: the start event
+	// omits the model (R-GEN-16).
+	noModel bool
+}
+
+// laneActor is the generation lane's child actor: it runs one model step
+// in a goroutine whose context carries the abort cause.
+type laneActor struct {
+	run    func(ctx context.Context, send func(any))
+	parent *actor.PID
+	cancel context.CancelCauseFunc
+}
+
+type cancelLane struct{ cause error }
+
+func (l *laneActor) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		ctx, cancel := context.WithCancelCause(context.Background())
+		l.cancel = cancel
+		sys, parent := c.ActorSystem(), l.parent
+		go l.run(ctx, func(msg any) { sys.Root.Send(parent, msg) })
+	case *cancelLane:
+		l.cancel(m.cause)
+	case *actor.Stopping:
+		if l.cancel != nil {
+			l.cancel(errSessionStopped)
+		}
+	}
+}
+
+// reconcile compares the running lanes with the work protocol.Pending names
+// and starts, cancels or supersedes to match (R-DELIVERY-04): an attempt on
+// record with no live lane is marked superseded before its replacement
+// starts; a lane whose request is no longer wanted is cancelled.
+func (s *sessionActor) reconcile() {
+	if s.stopping {
+		return
+	}
+	work := protocol.Pending(s.agent.work, s.state.AI)
+	s.reconcileTools(work)
+	var gen *protocol.Work
+	settling := map[string]bool{}
+	for i := range work {
+		switch work[i].Kind {
+		case protocol.WorkGeneration:
+			gen = &work[i]
+		case protocol.WorkSettle:
+			if work[i].GenerationID != "" {
+				settling[work[i].GenerationID] = true
+			}
+		}
+	}
+	for id, l := range s.lanes {
+		if l.end != nil || l.startedEv != nil {
+			continue // its terminal or start event waits to be written
+		}
+		if gen != nil && gen.RequestID == l.request {
+			continue
+		}
+		cause := ErrStopped
+		switch {
+		case settling[id]:
+			cause = ErrPaused
+		case s.state.AI.TerminalGenerations[id] == protocol.GenSuperseded:
+			cause = ErrSuperseded
+		}
+		l.cancel(cause)
+		s.ctx.Send(l.pid, &cancelLane{cause: cause})
+	}
+	for g := range settling {
+		if _, running := s.lanes[g]; !running {
+			s.queueWork(supersededEvent(s.id, g, "", 0, "paused"))
+		}
+	}
+	if gen == nil {
+		return
+	}
+	for _, l := range s.lanes {
+		if l.request == gen.RequestID {
+			return // its attempt runs
+		}
+	}
+	if gen.GenerationID != "" {
+		// An attempt on record that no lane runs has lapsed (the process
+		// restarted): supersede it first; the replacement starts once that
+		// is durable.
+		s.queueWork(supersededEvent(s.id, gen.GenerationID, gen.RequestID, gen.Attempt, "claim lapsed"))
+		return
+	}
+	s.startLane(*gen)
+}
+
+func supersededEvent(session, gen, request string, attempt int, reason string) protocol.Event {
+	return protocol.Event{ID: protocol.DeriveID("superseded", session, gen), Type: protocol.TypeGenerationSuperseded,
+		Payload: mustJSON(protocol.GenerationSuperseded{GenerationID: gen, RequestID: request, Attempt: attempt, Reason: reason})}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("actors: marshal " + err.Error()) // payload structs always marshal
+	}
+	return b
+}
+
+// startLane runs attempt w.Attempt+1 of the active request.
+func (s *sessionActor) startLane(w protocol.Work) {
+	attempt := w.Attempt + 1
+	gen := protocol.GenerationIDFor(w.RequestID, attempt)
+	l := &lane{gen: gen, request: w.RequestID, attempt: attempt}
+	in := laneInput{
+		agent: s.agent, session: s.id, gen: gen,
+		request:  protocol.Event{ID: w.RequestID, Type: protocol.TypeGenerationRequested, Session: s.id},
+		response: w.ResponseMessageID,
+		messages: append([]protocol.TranscriptMessage(nil), s.state.AI.Messages...),
+		app:      s.state.App,
+		ai:       s.state.AI.Clone(),
+	}
+	props := actor.PropsFromProducer(func() actor.Actor {
+		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }}
+	})
+	l.pid = s.ctx.Spawn(props)
+	l.cancel = func(cause error) {}
+	s.lanes[gen] = l
+}
+
+// onLane handles what a lane reports.
+func (s *sessionActor) onLane(m any) {
+	switch m := m.(type) {
+	case *laneStarted:
+		if l := s.lanes[m.gen]; l != nil {
+			ev := protocol.Event{ID: protocol.DeriveID("started", s.id, m.gen), Type: protocol.TypeGenerationStarted,
+				Payload: mustJSON(protocol.GenerationStarted{GenerationID: m.gen, RequestID: l.request, Attempt: l.attempt, Model: m.model})}
+			l.startedEv = &ev
+		}
+	case *laneEvent:
+		if l := s.lanes[m.gen]; l != nil && l.end == nil {
+			l.pre = append(l.pre, m.ev)
+		}
+	case *laneChunk:
+		if l := s.lanes[m.gen]; l != nil && l.end == nil {
+			l.chunks = append(l.chunks, m.chunk)
+			if protocol.IsBoundaryChunk(m.chunk) {
+				l.boundary = true
+			}
+		}
+	case *laneEnd:
+		l := s.lanes[m.gen]
+		if l == nil {
+			return
+		}
+		if m.aborted {
+			s.ctx.Stop(l.pid)
+			delete(s.lanes, m.gen)
+			s.reconcile()
+			break
+		}
+		if m.noModel && l.startedEv == nil {
+			ev := protocol.Event{ID: protocol.DeriveID("started", s.id, m.gen), Type: protocol.TypeGenerationStarted,
+				Payload: mustJSON(protocol.GenerationStarted{GenerationID: m.gen, RequestID: l.request, Attempt: l.attempt})}
+			l.startedEv = &ev
+		}
+		l.end = m
+	}
+	s.tryFlush()
+}
+
+// laneEvents turns what the lanes reported into events for the batch:
+// start events, progress batches of at most maxChunks chunks, and the
+// terminal event, which commits with the last progress (R-DELIVERY-02).
+func (s *sessionActor) laneEvents() []protocol.Event {
+	var out []protocol.Event
+	max := s.agent.progress.MaxChunks
+	for gen, l := range s.lanes {
+		if l.startedEv != nil {
+			out = append(out, *l.startedEv)
+			l.startedEv, l.started = nil, true
+		}
+		out = append(out, l.pre...)
+		l.pre = nil
+		for len(l.chunks) > 0 {
+			n := len(l.chunks)
+			if n > max {
+				n = max
+			}
+			out = append(out, protocol.Event{ID: protocol.DeriveID("progress", s.id, gen, strconv.Itoa(l.next)), Type: protocol.TypeGenerationProgress,
+				Payload: mustJSON(protocol.GenerationProgress{GenerationID: gen, FromIndex: l.next, Chunks: l.chunks[:n]})})
+			l.next += n
+			l.chunks = l.chunks[n:]
+		}
+		l.chunks, l.boundary = nil, false
+		if e := l.end; e != nil {
+			if e.failure != "" {
+				out = append(out, protocol.Event{ID: protocol.DeriveID("failed", s.id, gen), Type: protocol.TypeGenerationFailed,
+					Payload: mustJSON(protocol.GenerationFailed{GenerationID: gen, Message: e.failure})})
+			} else {
+				out = append(out, protocol.Event{ID: protocol.DeriveID("completed", s.id, gen), Type: protocol.TypeGenerationCompleted,
+					Payload: mustJSON(protocol.GenerationCompleted{GenerationID: gen, Usage: e.usage, FinishReason: e.finishReason,
+						InputTokenEstimate: e.estimate, InputBytes: e.bytes})})
+			}
+			s.ctx.Stop(l.pid)
+			delete(s.lanes, gen)
+		}
+	}
+	return out
+}
+
+// laneInput is what a model step needs, captured when it starts: the
+// prompt boundary, so that a recovered step sees its original prompt.
+type laneInput struct {
+	agent    *Agent
+	session  string
+	gen      string
+	request  protocol.Event
+	response string
+	messages []protocol.TranscriptMessage
+	app      any
+	// ai is a copy of the state at the step's start, for the compaction
+	// decision (calibration, model limits, unsettled tool work).
+	ai *protocol.AIState
+}
+
+// runLane runs one model step (R-GEN-01): resolve the model and settings,
+// assemble the prompt from the model context (summary and what follows),
+// stream the model's chunks to the session actor, and report the end. A
+// resolver error fails the turn once, without retry (R-GEN-16); a
+// cancelled context ends quietly.
+func runLane(ctx context.Context, in laneInput, send func(any)) {
+	a := in.agent.opts
+	rc := harness.ResolverContext{Event: in.request, Messages: in.messages, State: in.app}
+	end := func(e *laneEnd) {
+		if ctx.Err() != nil {
+			e = &laneEnd{gen: in.gen, aborted: true}
+		}
+		send(e)
+	}
+	settings, err := a.Model.Resolve(ctx, rc)
+	if err != nil {
+		end(&laneEnd{gen: in.gen, failure: err.Error(), noModel: true})
+		return
+	}
+	send(&laneStarted{gen: in.gen, model: settings.Model})
+	instructions, err := a.Instructions.Resolve(ctx, rc)
+	if err != nil {
+		end(&laneEnd{gen: in.gen, failure: err.Error()})
+		return
+	}
+	gs := a.Harness.Generation
+	if a.Harness.GenerationFunc != nil {
+		if gs, err = a.Harness.GenerationFunc(ctx, rc); err == nil {
+			err = gs.Validate()
+		}
+		if err != nil {
+			end(&laneEnd{gen: in.gen, failure: err.Error()})
+			return
+		}
+	}
+	gs = harness.WithGatewayDefaults(harness.WithModelSettings(gs, settings), in.session)
+	model, err := a.Models(settings.Model)
+	if err != nil {
+		end(&laneEnd{gen: in.gen, failure: err.Error()})
+		return
+	}
+	req := harness.Request{Model: settings.Model, System: instructions, Settings: gs,
+		Headers: harness.RequestHeaders(nil, gs), SessionID: in.session, GenerationID: in.gen}
+	for _, name := range in.agent.tools.Names() {
+		t, _ := in.agent.tools.Get(name)
+		schema := t.InputSchema
+		if len(schema) == 0 {
+			schema = json.RawMessage(`{"type":"object"}`)
+		}
+		req.Tools = append(req.Tools, harness.ToolDefinition{Name: t.Name, Description: t.Description, InputSchema: schema})
+	}
+	messages := in.messages
+	toolsJSON, _ := json.Marshal(req.Tools)
+	prompt := func() (int64, error) {
+		summary, after := protocol.ModelContext(messages)
+		msgs, err := harness.ConvertToModelMessages(after)
+		if err != nil {
+			return 0, err
+		}
+		if summary != "" {
+			sm, _ := harness.ConvertToModelMessages([]protocol.TranscriptMessage{protocol.SummaryMessage(in.gen, summary)})
+			msgs = append(sm, msgs...)
+		}
+		req.Messages = msgs
+		return protocol.EstimateBytes(after, toolsJSON, instructions) + int64(len(summary)), nil
+	}
+	bytes, err := prompt()
+	if err != nil {
+		end(&laneEnd{gen: in.gen, failure: err.Error()})
+		return
+	}
+	// Compaction before the step (R-COMPACT-02): when the calibrated
+	// estimate crosses the threshold and nothing defers it, one summary
+	// request to the same model; the step then sees the summary and what
+	// follows it.
+	if summary, ok, err := compact(ctx, in, model, req, settings.Model, bytes, send); err != nil {
+		end(&laneEnd{gen: in.gen, failure: err.Error()})
+		return
+	} else if ok {
+		part := protocol.Part{Type: protocol.PartCompaction, ID: in.gen,
+			Data: mustJSON(protocol.CompactionData{Status: protocol.CompactionStatusCompleted, Summary: summary})}
+		last := append([]protocol.TranscriptMessage(nil), messages...)
+		last = append(last, protocol.TranscriptMessage{ID: "compacted", Role: protocol.RoleAssistant, Parts: []protocol.Part{part}})
+		messages = last
+		if bytes, err = prompt(); err != nil {
+			end(&laneEnd{gen: in.gen, failure: err.Error()})
+			return
+		}
+	}
+	stream, err := model.Stream(ctx, req)
+	if err != nil {
+		end(&laneEnd{gen: in.gen, failure: err.Error()})
+		return
+	}
+	defer stream.Close()
+	result := &laneEnd{gen: in.gen, estimate: protocol.TokensOf(bytes), bytes: bytes}
+	for {
+		c, err := stream.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			end(&laneEnd{gen: in.gen, failure: err.Error()})
+			return
+		}
+		if u := harness.TakeUsage(&c); u != nil {
+			result.usage = u
+		}
+		if c.Type == protocol.ChunkFinish {
+			result.finishReason = c.FinishReason
+		}
+		for _, out := range checkToolCall(in, c) {
+			send(&laneChunk{gen: in.gen, chunk: out})
+		}
+	}
+	end(result)
+}
+
+// checkToolCall validates a local tool call's input against the tool's
+// schema, turning a rejected input into an error result the model sees
+// (the tool does not run), and asks for approval when the tool's predicate
+// says so (R-APPROVAL-09: it is evaluated once for the durable call).
+func checkToolCall(in laneInput, c protocol.UIMessageChunk) []protocol.UIMessageChunk {
+	if c.Type != protocol.ChunkToolInputAvailable || (c.ProviderExec != nil && *c.ProviderExec) {
+		return []protocol.UIMessageChunk{c}
+	}
+	t, ok := in.agent.tools.Get(c.ToolName)
+	if !ok {
+		return []protocol.UIMessageChunk{{Type: protocol.ChunkToolInputError, ToolCallID: c.ToolCallID, ToolName: c.ToolName,
+			Input: c.Input, ErrorText: "no tool named " + strconv.Quote(c.ToolName) + " is available"}}
+	}
+	if err := in.agent.tools.Validate(c.ToolName, c.Input); err != nil {
+		return []protocol.UIMessageChunk{{Type: protocol.ChunkToolInputError, ToolCallID: c.ToolCallID, ToolName: c.ToolName,
+			Input: c.Input, ErrorText: err.Error()}}
+	}
+	out := []protocol.UIMessageChunk{c}
+	if t.NeedsApproval != nil && t.NeedsApproval(c.Input) {
+		out = append(out, protocol.UIMessageChunk{Type: protocol.ChunkToolApproval, ToolCallID: c.ToolCallID,
+			ApprovalID: protocol.DeriveID("approval", in.gen, c.ToolCallID)})
+	}
+	return out
+}
+
+// compact runs the step's compaction when it is due: it records
+// ai.compaction.requested (with the automatic policy's figures), sends one
+// summary request to the active model with the same instructions, tools
+// and settings plus A2's summary instruction (R-COMPACT-02, OQ-27), and
+// records ai.compaction.completed. An empty summary or a summary tool call
+// fails the generation (R-COMPACT-08). It returns the summary and whether
+// a compaction happened.
+func compact(ctx context.Context, in laneInput, model harness.Model, req harness.Request, modelID string, bytes int64, send func(any)) (string, bool, error) {
+	opts := in.agent.opts.Harness.Compaction
+	if opts.Disabled || in.ai == nil {
+		return "", false, nil
+	}
+	threshold := opts.ThresholdTokens
+	if threshold == 0 {
+		md, ok := in.ai.ModelMetadata[modelID]
+		if !ok || md.Status != protocol.MetadataResolved || md.ContextWindow == 0 {
+			return "", false, nil // limits unknown: no compaction before the lookup lands (R-COMPACT-23)
+		}
+		var maxOut int64
+		if req.Settings.MaxOutputTokens != nil {
+			maxOut = *req.Settings.MaxOutputTokens
+		}
+		threshold = protocol.DefaultThreshold(md.ContextWindow, maxOut)
+	}
+	tokens := protocol.CalibratedTokens(bytes, modelID, in.ai.Calibration)
+	d := protocol.ShouldCompact(in.ai, tokens, threshold, false)
+	if !d.Compact {
+		return "", false, nil
+	}
+	estimate := protocol.TokensOf(bytes)
+	send(&laneEvent{gen: in.gen, ev: protocol.Event{ID: protocol.DeriveID("compaction", in.session, in.gen), Type: protocol.TypeCompactionRequested,
+		Payload: mustJSON(protocol.CompactionRequested{GenerationID: in.gen, ResponseMessageID: in.response,
+			InputTokenEstimate: &estimate, InputTokens: &tokens, ThresholdTokens: &threshold})}})
+	instruction := protocol.SummaryInstructions
+	if opts.Instructions != "" {
+		instruction += "\n\n" + opts.Instructions
+	}
+	sreq := req
+	sreq.Messages = append(append([]harness.ModelMessage(nil), req.Messages...),
+		harness.ModelMessage{Role: harness.ModelRoleUser, Content: []harness.ContentPart{{Type: harness.ContentText, Text: instruction}}})
+	stream, err := model.Stream(ctx, sreq)
+	if err != nil {
+		return "", false, err
+	}
+	defer stream.Close()
+	var b strings.Builder
+	var usage *protocol.Usage
+	for {
+		c, err := stream.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", false, err
+		}
+		if u := harness.TakeUsage(&c); u != nil {
+			usage = u
+		}
+		switch c.Type {
+		case protocol.ChunkTextDelta:
+			b.WriteString(c.Delta)
+		case protocol.ChunkToolInputStart, protocol.ChunkToolInputAvailable:
+			return "", false, errors.New("compaction: the summary request called a tool")
+		}
+	}
+	summary := strings.TrimSpace(b.String())
+	if summary == "" {
+		return "", false, errors.New("compaction: the summary is empty")
+	}
+	send(&laneEvent{gen: in.gen, ev: protocol.Event{ID: protocol.DeriveID("compacted", in.session, in.gen), Type: protocol.TypeCompactionCompleted,
+		Payload: mustJSON(protocol.CompactionCompleted{GenerationID: in.gen, Summary: summary, Usage: usage})}})
+	return summary, true, nil
+}

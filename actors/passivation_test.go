@@ -1,0 +1,97 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2/protocol"
+)
+
+func heapInUse() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// Passivation frees a session's memory: 10,000 sessions are activated
+// (each folds and keeps its state), then passivate when idle; afterwards
+// the runtime holds no session, and the heap is back within a small margin
+// of where it was before they were activated (their entries stay in the
+// store). Set A2_PASSIVATE_SESSIONS for another count.
+func TestPassivationFreesMemory(t *testing.T) {
+	n := 10000
+	if testing.Short() {
+		n = 1000
+	}
+	f := newFixture(t, `{"replies":[]}`, nil)
+	ctx := context.Background()
+	before := heapInUse()
+	passive := false
+	activate := func(round int) {
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for w := 0; w < 16; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				for i := w; i < n; i += 16 {
+					id := fmt.Sprintf("r%d-p%05d", round, i)
+					ev := protocol.Inputs.Message(protocol.UIMessage{ID: "m-" + id, Role: protocol.RoleUser,
+						Parts: []protocol.Part{{Type: protocol.PartText, Text: "context for session " + id}}}, protocol.MessageOptions{Generate: &passive})
+					if _, err := f.rt.Push(ctx, "assistant", id, []protocol.Event{ev}, false); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}(w)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	passivate := func() {
+		f.rt.PassivateIdle()
+		deadline := time.Now().Add(30 * time.Second)
+		for f.rt.ActiveSessions() > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d sessions still active", f.rt.ActiveSessions())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	activate(1)
+	active := f.rt.ActiveSessions()
+	during := heapInUse()
+	passivate()
+	after1 := heapInUse()
+	// A second round of as many new sessions: the runtime reuses what the
+	// first round left (tables sized for the peak of active sessions), so
+	// the heap grows only by the new sessions' entries in the store (here an
+	// in-memory filesystem).
+	activate(2)
+	passivate()
+	after2 := heapInUse()
+	perActive := (float64(during) - float64(before)) / float64(n)
+	growth := (float64(after2) - float64(after1)) / float64(n)
+	t.Logf("%d sessions: heap %d KiB before, %d KiB with %d active (%.0f B each), %d KiB after passivating them, %d KiB after %d more sessions came and went (%.0f B each: their store entries)",
+		n, before>>10, during>>10, active, perActive, after1>>10, after2>>10, n, growth)
+	if active != n {
+		t.Fatalf("%d sessions were active, want %d", active, n)
+	}
+	if growth > perActive/2 {
+		t.Fatalf("each passivated session still holds %.0f bytes (an active one %.0f)", growth, perActive)
+	}
+	// A passivated session reactivates from the store.
+	st, idx, err := f.rt.State(ctx, "assistant", "r1-p00042")
+	if err != nil || idx == 0 || len(st.AI.Messages) != 1 {
+		t.Fatalf("reactivation: %v %d", err, idx)
+	}
+}

@@ -1,0 +1,377 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/a2-runtime/a2/actors/sessionpb"
+	"github.com/a2-runtime/a2/persistence"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// SnapshotEvery saves a snapshot after this many events since the last
+	// one (default 1000; negative disables snapshots).
+	SnapshotEvery int
+	// SnapshotBytes saves a snapshot after this many payload bytes since the
+	// last one (default 4 MiB).
+	SnapshotBytes int
+	// PassivateAfter stops a session that has been idle this long, freeing
+	// its memory (default 2 minutes).
+	PassivateAfter time.Duration
+	// RequestTimeout bounds a request to a session (default 30 s).
+	RequestTimeout time.Duration
+	// Logger receives the runtime's and protoactor's logs (default: discard).
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.SnapshotEvery == 0 {
+		o.SnapshotEvery = 1000
+	}
+	if o.SnapshotBytes == 0 {
+		o.SnapshotBytes = 4 << 20
+	}
+	if o.PassivateAfter == 0 {
+		o.PassivateAfter = 2 * time.Minute
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o
+}
+
+// Errors of the runtime's API. Validation errors are *protocol.ValidationError.
+var (
+	ErrUnknownAgent          = errors.New("actors: unknown agent")
+	ErrClosed                = errors.New("actors: runtime closed")
+	ErrPartialDuplicateBatch = persistence.ErrPartialDuplicateBatch
+	ErrUnavailable           = errors.New("actors: session unavailable")
+)
+
+// Runtime runs the session actors of a set of agents over one store, in one
+// process. Sessions activate on first use and passivate when idle.
+type Runtime struct {
+	store  persistence.Store
+	agents map[string]*Agent
+	opts   Options
+	system *actor.ActorSystem
+
+	mu       sync.Mutex
+	sessions map[string]*actor.PID
+	closed   bool
+	wg       sync.WaitGroup // session actors alive
+}
+
+// New starts a runtime.
+func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, error) {
+	opts = opts.withDefaults()
+	r := &Runtime{store: store, agents: map[string]*Agent{}, opts: opts, sessions: map[string]*actor.PID{}}
+	for _, a := range agents {
+		if _, dup := r.agents[a.Name()]; dup {
+			return nil, &protocol.ConfigError{Option: "agents", Message: fmt.Sprintf("two agents are named %q", a.Name())}
+		}
+		r.agents[a.Name()] = a
+	}
+	logger := opts.Logger
+	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	return r, nil
+}
+
+// Agent returns a registered agent.
+func (r *Runtime) Agent(name string) (*Agent, bool) {
+	a, ok := r.agents[name]
+	return a, ok
+}
+
+// Store is the runtime's store.
+func (r *Runtime) Store() persistence.Store { return r.store }
+
+func key(agent, session string) string { return agent + "\x00" + session }
+
+// pid returns the session actor, activating it when needed.
+func (r *Runtime) pid(agent *Agent, session string) (*actor.PID, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	k := key(agent.Name(), session)
+	if p, ok := r.sessions[k]; ok {
+		return p, nil
+	}
+	s := &sessionActor{rt: r, agent: agent, id: session}
+	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
+	r.wg.Add(1)
+	p := r.system.Root.Spawn(props)
+	r.sessions[k] = p
+	return p, nil
+}
+
+// forget removes a stopped session actor from the registry.
+func (r *Runtime) forget(agent, session string, p *actor.PID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := key(agent, session)
+	if cur, ok := r.sessions[k]; ok && cur.Equal(p) {
+		delete(r.sessions, k)
+	}
+}
+
+func (r *Runtime) agent(name string) (*Agent, error) {
+	a, ok := r.agents[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownAgent, name)
+	}
+	return a, nil
+}
+
+// request sends a message to a session actor and waits for its answer. A
+// session that stopped in between (passivated, or restarted after a write
+// failure) is activated again once.
+func (r *Runtime) request(ctx context.Context, agent *Agent, session string, msg any) (any, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		p, err := r.pid(agent, session)
+		if err != nil {
+			return nil, err
+		}
+		timeout := r.opts.RequestTimeout
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+			timeout = time.Until(d)
+		}
+		res, err := r.system.Root.RequestFuture(p, msg, timeout).Result()
+		if err == nil {
+			if _, stopping := res.(*stoppingReply); !stopping {
+				return res, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		r.forget(agent.Name(), session, p)
+	}
+	return nil, ErrUnavailable
+}
+
+// Push validates events pushed by a client (trusted false) or appended by
+// server code (trusted true), appends them with their decisions and
+// effects, and returns the persisted events once durable (R-INPUT-27). An
+// identical resubmission returns the stored events and appends nothing
+// (R-LOG-09); a conflicting reuse of an ID fails with
+// ErrPartialDuplicateBatch (R-LOG-10). Bad input is a
+// *protocol.ValidationError and appends nothing.
+func (r *Runtime) Push(ctx context.Context, agentName, session string, events []protocol.Event, trusted bool) ([]protocol.Event, error) {
+	a, err := r.agent(agentName)
+	if err != nil {
+		return nil, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return nil, err
+	}
+	if len(events) == 0 {
+		return nil, &protocol.ValidationError{Field: "events", Message: "at least one event is required"}
+	}
+	trust := protocol.Untrusted
+	if trusted {
+		trust = protocol.Trusted
+	}
+	seen := map[string]bool{}
+	for i, ev := range events {
+		if ev.Session != "" && ev.Session != session {
+			return nil, &protocol.ValidationError{Field: fmt.Sprintf("events[%d].session", i), Message: "names another session"}
+		}
+		if err := a.contract.ValidateIngress(ev, trust); err != nil {
+			var ve *protocol.ValidationError
+			if errors.As(err, &ve) {
+				return nil, &protocol.ValidationError{Field: fmt.Sprintf("events[%d].%s", i, ve.Field), Message: ve.Message}
+			}
+			return nil, err
+		}
+		if seen[ev.ID] {
+			return nil, &protocol.ValidationError{Field: fmt.Sprintf("events[%d].id", i), Message: "repeats an ID of the same push"}
+		}
+		seen[ev.ID] = true
+	}
+	req := &sessionpb.PushRequest{Agent: agentName, Session: session, Trusted: trusted}
+	for _, ev := range events {
+		ev.Session = session
+		req.Events = append(req.Events, toPB(ev))
+	}
+	res, err := r.request(ctx, a, session, req)
+	if err != nil {
+		return nil, err
+	}
+	resp := res.(*sessionpb.PushResponse)
+	if resp.Error != nil {
+		return nil, fromPBError(resp.Error)
+	}
+	return fromPBs(resp.Events), nil
+}
+
+// State returns the session's folded state (AIState merged with the
+// application state) and the log index it is at (R-CONTRACT-16).
+func (r *Runtime) State(ctx context.Context, agentName, session string) (*protocol.SessionState, uint64, error) {
+	a, err := r.agent(agentName)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return nil, 0, err
+	}
+	res, err := r.request(ctx, a, session, &sessionpb.StateRequest{Agent: agentName, Session: session})
+	if err != nil {
+		return nil, 0, err
+	}
+	resp := res.(*sessionpb.StateResponse)
+	if resp.Error != nil {
+		return nil, 0, fromPBError(resp.Error)
+	}
+	st, err := a.contract.UnmarshalState(resp.State)
+	if err != nil {
+		return nil, 0, err
+	}
+	return st, resp.Index, nil
+}
+
+// Subscribe streams the session's durable events with an index greater
+// than after, in order, with no gap and no duplicate: history from the
+// store first, then the live tail. The channel closes when ctx ends or the
+// store fails (the error is then sent on errc).
+func (r *Runtime) Subscribe(ctx context.Context, session string, after uint64) (<-chan protocol.Event, <-chan error) {
+	out := make(chan protocol.Event, 256)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(out)
+		for {
+			evs, err := r.store.Read(ctx, session, after, 512)
+			if err != nil {
+				if ctx.Err() == nil {
+					errc <- err
+				}
+				return
+			}
+			for _, ev := range evs {
+				select {
+				case out <- ev:
+					after = ev.Index
+				case <-ctx.Done():
+					return
+				}
+			}
+			if len(evs) == 512 {
+				continue
+			}
+			if _, err := r.store.Wait(ctx, session, after); err != nil {
+				if ctx.Err() == nil {
+					errc <- err
+				}
+				return
+			}
+		}
+	}()
+	return out, errc
+}
+
+// Close stops every session (writes in flight finish first) and the actor
+// system. It does not close the store.
+func (r *Runtime) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	pids := make([]*actor.PID, 0, len(r.sessions))
+	for _, p := range r.sessions {
+		pids = append(pids, p)
+	}
+	r.mu.Unlock()
+	for _, p := range pids {
+		_ = r.system.Root.PoisonFuture(p).Wait()
+	}
+	r.wg.Wait()
+	r.system.Shutdown()
+}
+
+// PassivateIdle asks every active session to passivate now if it is idle
+// (no write, no queued event, no running child), freeing its memory, as the
+// idle timeout would. Busy sessions are left alone.
+func (r *Runtime) PassivateIdle() {
+	r.mu.Lock()
+	pids := make([]*actor.PID, 0, len(r.sessions))
+	for _, p := range r.sessions {
+		pids = append(pids, p)
+	}
+	r.mu.Unlock()
+	for _, p := range pids {
+		r.system.Root.Send(p, &passivateIdle{})
+	}
+}
+
+// ActiveSessions is the number of activated sessions.
+func (r *Runtime) ActiveSessions() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sessions)
+}
+
+func toPB(ev protocol.Event) *sessionpb.Event {
+	return &sessionpb.Event{Id: ev.ID, Type: ev.Type, Payload: ev.Payload, Index: ev.Index, Session: ev.Session, Time: ev.Time, Cause: ev.Cause}
+}
+
+func fromPB(e *sessionpb.Event) protocol.Event {
+	return protocol.Event{ID: e.Id, Type: e.Type, Payload: e.Payload, Index: e.Index, Session: e.Session, Time: e.Time, Cause: e.Cause}
+}
+
+func fromPBs(es []*sessionpb.Event) []protocol.Event {
+	out := make([]protocol.Event, len(es))
+	for i, e := range es {
+		out[i] = fromPB(e)
+	}
+	return out
+}
+
+// Error codes carried by sessionpb.Error.
+const (
+	CodeInvalid          = "INVALID"
+	CodePartialDuplicate = "PARTIAL_DUPLICATE_BATCH"
+	CodeUnavailable      = "UNAVAILABLE"
+	CodeInternal         = "INTERNAL"
+)
+
+func toPBError(err error) *sessionpb.Error {
+	var ve *protocol.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		return &sessionpb.Error{Code: CodeInvalid, Message: ve.Message, Field: ve.Field}
+	case errors.Is(err, persistence.ErrPartialDuplicateBatch):
+		return &sessionpb.Error{Code: CodePartialDuplicate, Message: err.Error()}
+	case errors.Is(err, ErrUnavailable):
+		return &sessionpb.Error{Code: CodeUnavailable, Message: err.Error()}
+	}
+	return &sessionpb.Error{Code: CodeInternal, Message: err.Error()}
+}
+
+func fromPBError(e *sessionpb.Error) error {
+	switch e.Code {
+	case CodeInvalid:
+		return &protocol.ValidationError{Field: e.Field, Message: e.Message}
+	case CodePartialDuplicate:
+		return fmt.Errorf("%w: %s", persistence.ErrPartialDuplicateBatch, e.Message)
+	case CodeUnavailable:
+		return fmt.Errorf("%w: %s", ErrUnavailable, strings.TrimPrefix(e.Message, ErrUnavailable.Error()+": "))
+	}
+	return errors.New(e.Message)
+}

@@ -1,0 +1,449 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/a2-runtime/a2/actors/sessionpb"
+	"github.com/a2-runtime/a2/persistence"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// sessionActor is the single writer of one session log.
+//
+// The append pipeline. Everything that must be appended (pushed commands
+// and events, the generation lane's progress and terminal events, the
+// control lane's own reactions) is queued; when no write is in flight, the
+// whole queue becomes one batch: each item is decided or folded into the
+// state in order (so a command sees the events queued before it), and the
+// batch is appended with one conditional, synced store write. At most one
+// write is in flight; what arrives meanwhile joins the next batch. The
+// state therefore runs ahead of the store by at most the batch in flight,
+// and nothing is acted on while a write is in flight: callers are answered,
+// subscribers see events (through the store) and children are started or
+// cancelled only after the write is durable. A write failure stops the
+// actor; the next request activates it again from the store, so it never
+// continues on state the store does not have.
+type sessionActor struct {
+	rt    *Runtime
+	agent *Agent
+	id    string
+	self  *actor.PID
+	ctx   actor.Context
+
+	state *protocol.SessionState
+	index uint64
+
+	queue       []*pendingPush
+	workQueue   []protocol.Event
+	writing     bool
+	inflight    []*pendingPush
+	waiters     []*actor.PID
+	lanes       map[string]*lane
+	toolRuns    map[string]*toolRun
+	lastWrite   time.Time
+	tickPending bool
+	stopping    bool
+
+	sinceSnapshot      int
+	sinceSnapshotBytes int
+
+	// broken is the activation error: requests are answered with it until
+	// the actor stops (after a second), and the next request activates it
+	// again.
+	broken error
+}
+
+// pendingPush is a push waiting for its batch to be durable.
+type pendingPush struct {
+	events []protocol.Event
+	reply  *actor.PID
+}
+
+// stoppingReply answers a request that reached a session while it stops;
+// the runtime retries on a fresh activation.
+type stoppingReply struct{}
+
+type writeDone struct {
+	stored []protocol.Event
+	err    error
+}
+
+type flushTick struct{}
+
+// passivateIdle asks a session to passivate now if it is idle.
+type passivateIdle struct{}
+
+func (s *sessionActor) Receive(c actor.Context) {
+	s.ctx = c
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		s.self = c.Self()
+		s.lanes = map[string]*lane{}
+		if err := s.activate(); err != nil {
+			s.rt.opts.Logger.Error("session activation failed", "session", s.id, "err", err)
+			s.broken = fmt.Errorf("%w: session %q cannot be read: %v", ErrUnavailable, s.id, err)
+			c.SetReceiveTimeout(time.Second)
+			return
+		}
+		c.SetReceiveTimeout(s.rt.opts.PassivateAfter)
+		s.reconcile()
+		s.tryFlush()
+	case *sessionpb.PushRequest:
+		if s.broken != nil {
+			c.Respond(&sessionpb.PushResponse{Error: toPBError(s.broken)})
+			return
+		}
+		s.onPush(c, m)
+	case *sessionpb.StateRequest:
+		if s.broken != nil {
+			c.Respond(&sessionpb.StateResponse{Error: toPBError(s.broken)})
+			return
+		}
+		if s.stopping {
+			c.Respond(&stoppingReply{})
+			return
+		}
+		if s.writing {
+			s.waiters = append(s.waiters, c.Sender())
+			return
+		}
+		c.Respond(s.stateResponse())
+	case *writeDone:
+		s.onWriteDone(m)
+	case *laneStarted, *laneChunk, *laneEnd, *laneEvent:
+		s.onLane(m)
+	case *toolEnd:
+		s.onToolEnd(m)
+	case *flushTick:
+		s.tickPending = false
+		s.tryFlush()
+	case *actor.ReceiveTimeout, *passivateIdle:
+		if s.broken != nil {
+			s.stop()
+			return
+		}
+		if !s.writing && len(s.queue) == 0 && len(s.workQueue) == 0 && len(s.lanes) == 0 && len(s.toolRuns) == 0 {
+			s.stop() // passivate: the next request activates it from the store
+		}
+	case *actor.Stopping:
+		s.stopping = true
+		for _, l := range s.lanes {
+			l.cancel(errSessionStopped)
+		}
+		for _, r := range s.toolRuns {
+			s.cancelRun(r, errSessionStopped)
+		}
+		for _, p := range append(s.queue, s.inflight...) {
+			c.Send(p.reply, &stoppingReply{})
+		}
+		for _, w := range s.waiters {
+			c.Send(w, &stoppingReply{})
+		}
+		s.queue, s.inflight, s.waiters = nil, nil, nil
+	case *actor.Stopped:
+		s.rt.forget(s.agent.Name(), s.id, s.self)
+		s.rt.wg.Done()
+	}
+}
+
+func (s *sessionActor) stop() {
+	if !s.stopping {
+		s.stopping = true
+		s.ctx.Stop(s.self)
+	}
+}
+
+// activate loads the latest snapshot for the current reducer name and folds
+// the log tail; a missing or unreadable snapshot is rebuilt from the log
+// (R-CONTRACT-10, R-CONTRACT-11).
+func (s *sessionActor) activate() error {
+	ctx := context.Background()
+	c := s.agent.contract
+	s.state = c.NewState()
+	s.index = 0
+	snap, found, err := s.rt.store.LoadSnapshot(ctx, s.id, c.ReducerName())
+	if err != nil {
+		s.rt.opts.Logger.Warn("snapshot unreadable; replaying the log", "session", s.id, "err", err)
+	} else if found {
+		if st, err := c.UnmarshalState(snap.State); err == nil {
+			s.state, s.index = st, snap.Index
+		} else {
+			s.rt.opts.Logger.Warn("snapshot does not decode; replaying the log", "session", s.id, "err", err)
+		}
+	}
+	for {
+		evs, err := s.rt.store.Read(ctx, s.id, s.index, 1024)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if err := c.Fold(s.state, ev); err != nil {
+				return fmt.Errorf("fold %s at %d: %w", ev.Type, ev.Index, err)
+			}
+			s.index = ev.Index
+		}
+		if len(evs) < 1024 {
+			return nil
+		}
+	}
+}
+
+func (s *sessionActor) stateResponse() *sessionpb.StateResponse {
+	b, err := s.state.MarshalJSON()
+	if err != nil {
+		return &sessionpb.StateResponse{Error: toPBError(err)}
+	}
+	return &sessionpb.StateResponse{State: b, Index: s.index}
+}
+
+// onPush answers a replay at once (R-LOG-09), refuses a conflicting reuse
+// of IDs (R-LOG-10) and queues new events.
+func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
+	if s.stopping {
+		c.Respond(&stoppingReply{})
+		return
+	}
+	events := fromPBs(m.Events)
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		ids[i] = ev.ID
+	}
+	stored, err := s.rt.store.Lookup(context.Background(), ids)
+	if err != nil {
+		c.Respond(&sessionpb.PushResponse{Error: toPBError(fmt.Errorf("%w: %v", ErrUnavailable, err))})
+		return
+	}
+	if len(stored) > 0 {
+		if len(stored) == len(events) {
+			same := true
+			for i := range events {
+				if !protocol.SameContent(events[i], stored[i]) {
+					same = false
+				}
+			}
+			if same {
+				out := make([]*sessionpb.Event, len(stored))
+				for i, ev := range stored {
+					out[i] = toPB(ev)
+				}
+				c.Respond(&sessionpb.PushResponse{Events: out})
+				return
+			}
+		}
+		c.Respond(&sessionpb.PushResponse{Error: toPBError(fmt.Errorf("%w: an event ID is already used with other content, action or session, or a batch mixes stored and new events", persistence.ErrPartialDuplicateBatch))})
+		return
+	}
+	for _, p := range append(append([]*pendingPush{}, s.queue...), s.inflight...) {
+		for _, ev := range p.events {
+			for _, id := range ids {
+				if ev.ID == id {
+					c.Respond(&sessionpb.PushResponse{Error: toPBError(fmt.Errorf("%w: event %q is being written; retry the push to replay it", ErrUnavailable, id))})
+					return
+				}
+			}
+		}
+	}
+	s.queue = append(s.queue, &pendingPush{events: events, reply: c.Sender()})
+	s.tryFlush()
+}
+
+// queueWork adds events of A2's own handlers to the next batch.
+func (s *sessionActor) queueWork(evs ...protocol.Event) {
+	s.workQueue = append(s.workQueue, evs...)
+}
+
+// tryFlush starts the next write when none is in flight. With maxDelayMs,
+// a batch of progress alone waits that long after the previous write,
+// unless it holds a boundary chunk or maxChunks chunks (R-PROGRESS-03).
+func (s *sessionActor) tryFlush() {
+	if s.writing || s.stopping {
+		return
+	}
+	chunks, boundary := 0, false
+	for _, l := range s.lanes {
+		chunks += len(l.chunks)
+		boundary = boundary || l.boundary || l.end != nil
+	}
+	if len(s.queue) == 0 && len(s.workQueue) == 0 && chunks == 0 && !s.anyEnded() {
+		return
+	}
+	if d := time.Duration(s.agent.progress.MaxDelayMs) * time.Millisecond; d > 0 && len(s.queue) == 0 && len(s.workQueue) == 0 &&
+		!boundary && chunks < s.agent.progress.MaxChunks {
+		if wait := time.Until(s.lastWrite.Add(d)); wait > 0 {
+			if !s.tickPending {
+				s.tickPending = true
+				self, sys := s.self, s.rt.system
+				time.AfterFunc(wait, func() { sys.Root.Send(self, &flushTick{}) })
+			}
+			return
+		}
+	}
+	batch, pushes, err := s.assemble()
+	if err != nil {
+		s.fail(pushes, err)
+		return
+	}
+	if len(batch) == 0 {
+		s.replyPushes(pushes, nil)
+		return
+	}
+	s.writing = true
+	s.inflight = pushes
+	store, session, expected, self, sys := s.rt.store, s.id, s.index, s.self, s.rt.system
+	go func() {
+		stored, err := store.Append(context.Background(), session, expected, batch)
+		sys.Root.Send(self, &writeDone{stored: stored, err: err})
+	}()
+}
+
+func (s *sessionActor) anyEnded() bool {
+	for _, l := range s.lanes {
+		if l.end != nil || l.startedEv != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// assemble turns the queue into one batch, folding as it goes.
+func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
+	c := s.agent.contract
+	var batch []protocol.Event
+	add := func(evs ...protocol.Event) error {
+		for _, ev := range evs {
+			ev.Session = s.id
+			if err := c.Fold(s.state, ev); err != nil {
+				return err
+			}
+			batch = append(batch, ev)
+		}
+		return nil
+	}
+	step := func() error {
+		more, err := protocol.Step(s.agent.policy, s.state.AI)
+		if err != nil {
+			return err
+		}
+		return add(more...)
+	}
+	pushes := s.queue
+	s.queue = nil
+	for _, p := range pushes {
+		for _, ev := range p.events {
+			ev.Session = s.id
+			if ev.Type == protocol.TypeControlRequested {
+				out, err := protocol.Decide(s.agent.policy, s.state.AI, ev)
+				if err != nil {
+					return nil, pushes, err
+				}
+				if err := add(append([]protocol.Event{ev}, out...)...); err != nil {
+					return nil, pushes, err
+				}
+				continue
+			}
+			if err := add(ev); err != nil {
+				return nil, pushes, err
+			}
+		}
+		if err := step(); err != nil {
+			return nil, pushes, err
+		}
+	}
+	if err := add(s.laneEvents()...); err != nil {
+		return nil, pushes, err
+	}
+	work := s.workQueue
+	s.workQueue = nil
+	if err := add(work...); err != nil {
+		return nil, pushes, err
+	}
+	if err := step(); err != nil {
+		return nil, pushes, err
+	}
+	return batch, pushes, nil
+}
+
+func (s *sessionActor) onWriteDone(m *writeDone) {
+	s.writing = false
+	s.lastWrite = time.Now()
+	pushes := s.inflight
+	s.inflight = nil
+	if m.err != nil {
+		s.fail(pushes, m.err)
+		return
+	}
+	if len(m.stored) > 0 {
+		s.index = m.stored[len(m.stored)-1].Index
+	}
+	s.replyPushes(pushes, m.stored)
+	for _, w := range s.waiters {
+		s.ctx.Send(w, s.stateResponse())
+	}
+	s.waiters = nil
+	s.maybeSnapshot(m.stored)
+	s.reconcile()
+	s.tryFlush()
+}
+
+// replyPushes answers each push with its own persisted events.
+func (s *sessionActor) replyPushes(pushes []*pendingPush, stored []protocol.Event) {
+	byID := make(map[string]protocol.Event, len(stored))
+	for _, ev := range stored {
+		byID[ev.ID] = ev
+	}
+	for _, p := range pushes {
+		resp := &sessionpb.PushResponse{}
+		for _, ev := range p.events {
+			if st, ok := byID[ev.ID]; ok {
+				resp.Events = append(resp.Events, toPB(st))
+			}
+		}
+		s.ctx.Send(p.reply, resp)
+	}
+}
+
+// fail answers the pushes of a failed batch and stops the actor: its state
+// ran ahead of the store and must be rebuilt from it.
+func (s *sessionActor) fail(pushes []*pendingPush, err error) {
+	s.rt.opts.Logger.Error("session write failed; restarting from the store", "session", s.id, "err", err)
+	code := err
+	if !errors.Is(err, persistence.ErrPartialDuplicateBatch) {
+		code = fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	for _, p := range pushes {
+		s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: toPBError(code)})
+	}
+	s.stop()
+}
+
+// maybeSnapshot saves a snapshot every SnapshotEvery events or
+// SnapshotBytes bytes.
+func (s *sessionActor) maybeSnapshot(stored []protocol.Event) {
+	if s.rt.opts.SnapshotEvery < 0 {
+		return
+	}
+	s.sinceSnapshot += len(stored)
+	for _, ev := range stored {
+		s.sinceSnapshotBytes += len(ev.Payload)
+	}
+	if s.sinceSnapshot < s.rt.opts.SnapshotEvery && s.sinceSnapshotBytes < s.rt.opts.SnapshotBytes {
+		return
+	}
+	b, err := s.state.MarshalJSON()
+	if err != nil {
+		return
+	}
+	s.sinceSnapshot, s.sinceSnapshotBytes = 0, 0
+	snap := persistence.Snapshot{Session: s.id, Reducer: s.agent.contract.ReducerName(), Index: s.index, State: b}
+	store, logger := s.rt.store, s.rt.opts.Logger
+	go func() {
+		if err := store.SaveSnapshot(context.Background(), snap); err != nil {
+			logger.Warn("snapshot not saved", "session", snap.Session, "err", err)
+		}
+	}()
+}

@@ -1,0 +1,194 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// toolRun is one attempt of one tool execution. Its claim is appended
+// before Execute runs (R-DELIVERY-01): the run starts executing only once
+// the claim is durable.
+type toolRun struct {
+	call      string
+	tool      string
+	gen       string
+	version   int
+	attempt   int
+	input     json.RawMessage
+	event     protocol.Event
+	executing bool
+	pid       *actor.PID
+	cancel    func(error)
+}
+
+type toolEnd struct {
+	call    string
+	version int
+	attempt int
+	output  json.RawMessage
+	err     error
+	// started is set once Execute was entered; cancelled when its context
+	// ended first.
+	started   bool
+	cancelled bool
+}
+
+// toolActor is the child actor of one tool execution attempt.
+type toolActor struct {
+	run    func(ctx context.Context, send func(any))
+	parent *actor.PID
+	cancel context.CancelCauseFunc
+}
+
+func (t *toolActor) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.cancel = cancel
+		sys, parent := c.ActorSystem(), t.parent
+		go t.run(ctx, func(msg any) { sys.Root.Send(parent, msg) })
+	case *cancelLane:
+		t.cancel(m.cause)
+	case *actor.Stopping:
+		if t.cancel != nil {
+			t.cancel(errSessionStopped)
+		}
+	}
+}
+
+func (s *sessionActor) isReport(tool string) bool { return s.agent.work.ReportTools[tool] }
+
+// reconcileTools matches the running tool executions to the tool work
+// Pending names: it claims and starts calls, reruns lapsed claims of
+// "rerun" tools, reports lapsed claims of "report" tools (R-TOOL-13),
+// records the end of executions cancelled by Pause now, and cancels runs
+// nobody wants any more.
+func (s *sessionActor) reconcileTools(work []protocol.Work) {
+	if s.toolRuns == nil {
+		s.toolRuns = map[string]*toolRun{}
+	}
+	wanted := map[string]bool{}
+	for _, w := range work {
+		switch w.Kind {
+		case protocol.WorkTool, protocol.WorkReportInterrupted:
+			wanted[w.ToolCallID] = true
+			r := s.toolRuns[w.ToolCallID]
+			if r != nil && r.version == w.Version {
+				if !r.executing && w.Attempt == r.attempt {
+					s.execute(r) // the claim is durable
+				}
+				continue
+			}
+			if r != nil {
+				s.cancelRun(r, ErrSuperseded)
+			}
+			if w.Kind == protocol.WorkReportInterrupted {
+				// The claim lapsed without a live owner: never run it twice.
+				s.queueWork(s.toolDone(w.ToolCallID, w.GenerationID, w.Version, w.Attempt, nil, protocol.InterruptedToolError, true))
+				continue
+			}
+			s.claim(w)
+		case protocol.WorkSettle:
+			if w.ToolCallID == "" {
+				continue
+			}
+			wanted[w.ToolCallID] = true
+			if r := s.toolRuns[w.ToolCallID]; r != nil {
+				s.cancelRun(r, ErrPaused)
+				continue
+			}
+			s.queueWork(s.toolDone(w.ToolCallID, w.GenerationID, w.Version, w.Attempt, nil, protocol.InterruptedToolError, s.isReport(w.ToolName)))
+		}
+	}
+	for id, r := range s.toolRuns {
+		if !wanted[id] {
+			if !r.executing {
+				delete(s.toolRuns, id)
+				continue
+			}
+			s.cancelRun(r, ErrStopped)
+		}
+	}
+}
+
+func (s *sessionActor) cancelRun(r *toolRun, cause error) {
+	if r.pid != nil {
+		s.ctx.Send(r.pid, &cancelLane{cause: cause})
+	}
+}
+
+// claim appends the claim of the next attempt of a call.
+func (s *sessionActor) claim(w protocol.Work) {
+	attempt := w.Attempt + 1
+	r := &toolRun{call: w.ToolCallID, tool: w.ToolName, gen: w.GenerationID, version: w.Version, attempt: attempt, input: w.Input}
+	r.event = protocol.Event{ID: protocol.DeriveID("tool", s.id, w.ToolCallID, strconv.Itoa(w.Version)), Type: protocol.TypeToolExecRequested, Session: s.id,
+		Payload: mustJSON(protocol.ToolExecutionRequested{ToolCallID: w.ToolCallID, ToolName: w.ToolName, Input: w.Input,
+			GenerationID: w.GenerationID, TurnID: w.TurnID, Version: w.Version})}
+	s.toolRuns[w.ToolCallID] = r
+	s.queueWork(protocol.Event{ID: protocol.DeriveID("claim", s.id, w.ToolCallID, strconv.Itoa(w.Version), strconv.Itoa(attempt)),
+		Type: protocol.TypeToolExecClaimed, Payload: mustJSON(protocol.ToolExecutionClaimed{ToolCallID: w.ToolCallID,
+			GenerationID: w.GenerationID, Version: w.Version, Attempt: attempt})})
+}
+
+func (s *sessionActor) toolDone(call, gen string, version, attempt int, output json.RawMessage, errText string, interrupted bool) protocol.Event {
+	p := protocol.ToolExecutionCompleted{ToolCallID: call, GenerationID: gen, Version: version, Output: output, ErrorText: errText, Interrupted: interrupted}
+	if errText == "" && len(output) == 0 {
+		p.Output = json.RawMessage("null")
+	}
+	return protocol.Event{ID: protocol.DeriveID("tool-done", s.id, call, strconv.Itoa(version), strconv.Itoa(attempt)),
+		Type: protocol.TypeToolExecCompleted, Payload: mustJSON(p)}
+}
+
+// execute starts a claimed attempt's child actor.
+func (s *sessionActor) execute(r *toolRun) {
+	t, ok := s.agent.tools.Get(r.tool)
+	r.executing = true
+	if !ok {
+		s.queueWork(s.toolDone(r.call, r.gen, r.version, r.attempt, nil, "no tool named "+strconv.Quote(r.tool)+" is defined", false))
+		delete(s.toolRuns, r.call)
+		return
+	}
+	hc := &tools.Context{Event: r.event, Attempt: r.attempt, Session: s.id,
+		Append: func(ctx context.Context, evs ...protocol.Event) ([]protocol.Event, error) {
+			return s.rt.Push(ctx, s.agent.Name(), s.id, evs, true)
+		}}
+	_ = json.Unmarshal(r.event.Payload, &hc.Call)
+	run := func(ctx context.Context, send func(any)) {
+		end := &toolEnd{call: r.call, version: r.version, attempt: r.attempt, started: true}
+		out, err := t.Execute(tools.WithContext(ctx, hc), r.input)
+		end.output, end.err = out, err
+		end.cancelled = ctx.Err() != nil
+		send(end)
+	}
+	r.pid = s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &toolActor{parent: s.self, run: run} }))
+}
+
+// onToolEnd records a tool attempt's outcome. A "report" tool cut short
+// after Execute started records the interrupted result (R-TOOL-14); a
+// "rerun" tool cut short records nothing terminal: the fold fences the
+// cancelled version, and the call runs again when wanted.
+func (s *sessionActor) onToolEnd(m *toolEnd) {
+	r := s.toolRuns[m.call]
+	if r == nil || r.attempt != m.attempt || r.version != m.version {
+		return
+	}
+	s.ctx.Stop(r.pid)
+	delete(s.toolRuns, m.call)
+	switch {
+	case m.cancelled && s.isReport(r.tool):
+		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, nil, protocol.InterruptedToolError, true))
+	case m.cancelled:
+		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, nil, "cancelled", false))
+	case m.err != nil:
+		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, nil, m.err.Error(), false))
+	default:
+		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, m.output, "", false))
+	}
+	s.tryFlush()
+}
