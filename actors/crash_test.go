@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,12 +36,18 @@ type crashStore struct {
 	// ones acknowledged when the clone was taken.
 	acked        []protocol.Event
 	ackedAtCrash []protocol.Event
+	// crashed is set at the crash: the crashed process does nothing after
+	// it, so work its runtime still does in the test is not counted.
+	crashed *atomic.Bool
 }
 
 // crash takes the clone; the caller holds mu.
 func (c *crashStore) crash() {
 	c.clone = c.fs.CrashClone(vfs.CrashCloneCfg{})
 	c.ackedAtCrash = append([]protocol.Event(nil), c.acked...)
+	if c.crashed != nil {
+		c.crashed.Store(true)
+	}
 	close(c.taken)
 }
 

@@ -110,6 +110,7 @@ func (s *sessionActor) reconcile() {
 	}
 	work := protocol.Pending(s.agent.work, s.state.AI)
 	s.reconcileTools(work)
+	s.reconcileMetadata(work)
 	var gen *protocol.Work
 	settling := map[string]bool{}
 	for i := range work {
@@ -138,6 +139,7 @@ func (s *sessionActor) reconcile() {
 		}
 		l.cancel(cause)
 		s.ctx.Send(l.pid, &cancelLane{cause: cause})
+		s.rt.opts.Logger.Debug("lane cancelled", "session", s.id, "generation", id, "cause", cause)
 	}
 	for g := range settling {
 		if _, running := s.lanes[g]; !running {
@@ -192,6 +194,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }}
 	})
 	l.pid = s.ctx.Spawn(props)
+	s.rt.opts.Logger.Debug("lane started", "session", s.id, "request", w.RequestID, "generation", gen, "attempt", attempt)
 	l.cancel = func(cause error) {}
 	s.lanes[gen] = l
 }
@@ -200,10 +203,14 @@ func (s *sessionActor) startLane(w protocol.Work) {
 func (s *sessionActor) onLane(m any) {
 	switch m := m.(type) {
 	case *laneStarted:
+		s.rt.opts.Logger.Debug("lane reported its start", "session", s.id, "generation", m.gen, "known", s.lanes[m.gen] != nil)
 		if l := s.lanes[m.gen]; l != nil {
 			ev := protocol.Event{ID: protocol.DeriveID("started", s.id, m.gen), Type: protocol.TypeGenerationStarted,
 				Payload: mustJSON(protocol.GenerationStarted{GenerationID: m.gen, RequestID: l.request, Attempt: l.attempt, Model: m.model})}
 			l.startedEv = &ev
+			if req := s.metadataRequest(m.model); req != nil {
+				l.pre = append(l.pre, *req) // in the start write (R-META-01)
+			}
 		}
 	case *laneEvent:
 		if l := s.lanes[m.gen]; l != nil && l.end == nil {
@@ -218,6 +225,7 @@ func (s *sessionActor) onLane(m any) {
 		}
 	case *laneEnd:
 		l := s.lanes[m.gen]
+		s.rt.opts.Logger.Debug("lane ended", "session", s.id, "generation", m.gen, "known", l != nil, "aborted", m.aborted, "failure", m.failure)
 		if l == nil {
 			return
 		}

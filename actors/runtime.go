@@ -32,6 +32,9 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Logger receives the runtime's and protoactor's logs (default: discard).
 	Logger *slog.Logger
+	// Catalog serves model-metadata lookups (nil: no lookups; entries stay
+	// pending).
+	Catalog Catalog
 }
 
 func (o Options) withDefaults() Options {
@@ -318,6 +321,20 @@ func (r *Runtime) PassivateIdle() {
 	for _, p := range pids {
 		r.system.Root.Send(p, &passivateIdle{})
 	}
+}
+
+// reactivateLater activates a session again after a short pause, once its
+// actor stopped on a write failure: the durable work it had (a model step,
+// a tool call) goes on from the store.
+func (r *Runtime) reactivateLater(agent *Agent, session string) {
+	time.AfterFunc(50*time.Millisecond, func() {
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		if !closed {
+			_, _ = r.pid(agent, session)
+		}
+	})
 }
 
 // ActiveSessions is the number of activated sessions.

@@ -56,6 +56,16 @@ type sessionActor struct {
 	// the actor stops (after a second), and the next request activates it
 	// again.
 	broken error
+
+	metaTried map[string]bool
+	lookups   int
+
+	// pendingIDs are the IDs of the work events queued or being written.
+	pendingIDs map[string]bool
+	// failed is set when a write failed: the runtime activates the session
+	// again after the actor stopped, so its durable work goes on without
+	// waiting for a request (R-GEN-17).
+	failed bool
 }
 
 // pendingPush is a push waiting for its batch to be durable.
@@ -119,6 +129,8 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.onLane(m)
 	case *toolEnd:
 		s.onToolEnd(m)
+	case *metadataDone:
+		s.onMetadataDone(m)
 	case *flushTick:
 		s.tickPending = false
 		s.tryFlush()
@@ -127,7 +139,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 			s.stop()
 			return
 		}
-		if !s.writing && len(s.queue) == 0 && len(s.workQueue) == 0 && len(s.lanes) == 0 && len(s.toolRuns) == 0 {
+		if !s.writing && len(s.queue) == 0 && len(s.workQueue) == 0 && len(s.lanes) == 0 && len(s.toolRuns) == 0 && s.lookups == 0 {
 			s.stop() // passivate: the next request activates it from the store
 		}
 	case *actor.Stopping:
@@ -147,6 +159,9 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.queue, s.inflight, s.waiters = nil, nil, nil
 	case *actor.Stopped:
 		s.rt.forget(s.agent.Name(), s.id, s.self)
+		if s.failed {
+			s.rt.reactivateLater(s.agent, s.id)
+		}
 		s.rt.wg.Done()
 	}
 }
@@ -252,9 +267,20 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 	s.tryFlush()
 }
 
-// queueWork adds events of A2's own handlers to the next batch.
+// queueWork adds events of A2's own handlers to the next batch. Their IDs
+// are derived, so an event queued again before the first is durable (two
+// reconciliations between writes) is the same event: it is kept once.
 func (s *sessionActor) queueWork(evs ...protocol.Event) {
-	s.workQueue = append(s.workQueue, evs...)
+	for _, ev := range evs {
+		if s.pendingIDs[ev.ID] {
+			continue
+		}
+		if s.pendingIDs == nil {
+			s.pendingIDs = map[string]bool{}
+		}
+		s.pendingIDs[ev.ID] = true
+		s.workQueue = append(s.workQueue, ev)
+	}
 }
 
 // tryFlush starts the next write when none is in flight. With maxDelayMs,
@@ -380,6 +406,10 @@ func (s *sessionActor) onWriteDone(m *writeDone) {
 	if len(m.stored) > 0 {
 		s.index = m.stored[len(m.stored)-1].Index
 	}
+	s.rt.opts.Logger.Debug("batch durable", "session", s.id, "events", len(m.stored), "index", s.index)
+	for _, ev := range m.stored {
+		delete(s.pendingIDs, ev.ID)
+	}
 	s.replyPushes(pushes, m.stored)
 	for _, w := range s.waiters {
 		s.ctx.Send(w, s.stateResponse())
@@ -418,6 +448,7 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 	for _, p := range pushes {
 		s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: toPBError(code)})
 	}
+	s.failed = true
 	s.stop()
 }
 

@@ -159,10 +159,20 @@ func (m *Model) choose(req harness.Request) (*Reply, error) {
 	m.calls = append(m.calls, req)
 	last := req.Messages
 	continuation := len(last) > 0 && last[len(last)-1].Role == harness.ModelRoleTool
-	if r := m.next[req.SessionID]; r != nil && continuation {
-		delete(m.next, req.SessionID)
-		m.remember(req.SessionID, r)
-		return r, nil
+	if continuation {
+		// The reply to a continuation is the Then of the reply whose tool
+		// calls it answers: found from the prompt, so a fresh model (after a
+		// restart) continues the same chain.
+		if r := m.thenFor(req); r != nil {
+			delete(m.next, req.SessionID)
+			m.remember(req.SessionID, r)
+			return r, nil
+		}
+		if r := m.next[req.SessionID]; r != nil {
+			delete(m.next, req.SessionID)
+			m.remember(req.SessionID, r)
+			return r, nil
+		}
 	}
 	used := m.used[req.SessionID]
 	if used == nil {
@@ -191,6 +201,35 @@ func (m *Model) choose(req harness.Request) (*Reply, error) {
 		return m.script.Default, nil
 	}
 	return nil, fmt.Errorf("script: no reply for %q", text)
+}
+
+// thenFor finds the reply whose tool calls the prompt's last tool results
+// answer (by explicit call ID) and returns its Then.
+func (m *Model) thenFor(req harness.Request) *Reply {
+	answered := map[string]bool{}
+	last := req.Messages[len(req.Messages)-1]
+	for _, p := range last.Content {
+		if p.ToolCallID != "" {
+			answered[p.ToolCallID] = true
+		}
+	}
+	var search func(r *Reply) *Reply
+	search = func(r *Reply) *Reply {
+		for ; r != nil; r = r.Then {
+			for _, tc := range r.ToolCalls {
+				if tc.ID != "" && answered[tc.ID] {
+					return r.Then
+				}
+			}
+		}
+		return nil
+	}
+	for i := range m.script.Replies {
+		if r := search(&m.script.Replies[i]); r != nil {
+			return r
+		}
+	}
+	return search(m.script.Default)
 }
 
 func (m *Model) remember(session string, r *Reply) {
