@@ -1,153 +1,293 @@
-// Command node will run an A2 node: sessions, the HTTP API and the model
-// providers. Until the runtime lands it runs a demonstration of the session
-// core in-process: a short conversation driven through the pure controller
-// (protocol.Decide and protocol.Step), with this program playing the model,
-// printing every event the session log would hold and the transcript that
-// folds out of it.
+// Command node runs an A2 node: the sessions of the default agent
+// ("assistant") in an embedded Pebble store, served over the HTTP API
+// (docs/http.md).
+//
+//	go run ./cmd/node                 # serve on 127.0.0.1:8080, data in ./data
+//	go run ./cmd/node chat            # chat with it from the terminal
+//	go run ./cmd/node demo            # the session core alone, in-process
+//
+// With no provider key in the environment the agent answers with the demo
+// model, offline. Flags (and their environment variables): --addr
+// (A2_ADDR), --data (A2_DATA), --admin-token (A2_ADMIN_TOKEN), --model
+// (A2_MODEL), --script (A2_SCRIPT, test mode: the script model of
+// docs/testing.md and the gate route), --demo-delay (A2_DEMO_DELAY),
+// --catalog (A2_CATALOG).
 package main
 
 import (
-	"encoding/json"
+	"context"
+	"crypto/rand"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
-	"strings"
+	"os/signal"
+	"syscall"
+	"time"
 
-	"github.com/a2-runtime/a2/protocol"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/gateway"
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/catalog"
+	"github.com/a2-runtime/a2/harness/demo"
+	"github.com/a2-runtime/a2/harness/script"
+	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 )
 
-type session struct {
-	id     string
-	log    []protocol.Event
-	state  *protocol.AIState
-	policy protocol.Policy
-	quiet  bool
-}
+// defaultAgent is the name of the agent a node serves.
+const defaultAgent = "assistant"
 
-func (s *session) append(evs ...protocol.Event) error {
-	for _, ev := range evs {
-		ev.Session = s.id
-		ev.Index = uint64(len(s.log) + 1)
-		if err := protocol.Fold(s.state, ev); err != nil {
-			return err
-		}
-		s.log = append(s.log, ev)
-		if !s.quiet {
-			fmt.Printf("%4d  %-28s %s\n", ev.Index, ev.Type, ev.Payload)
-		}
-	}
-	return nil
-}
-
-// push validates a client command, then appends it with its decision and
-// effects, as the session actor will.
-func (s *session) push(ev protocol.Event) error {
-	ev.Session = s.id
-	if _, err := protocol.ValidateCommand(ev, protocol.Untrusted); err != nil {
-		return err
-	}
-	out, err := protocol.Decide(s.policy, s.state, ev)
-	if err != nil {
-		return err
-	}
-	return s.append(append([]protocol.Event{ev}, out...)...)
-}
-
-// work appends an event of the generation lane, then the control lane's
-// reaction to it.
-func (s *session) work(id, typ string, payload any) error {
-	b, err := json.Marshal(payload)
-	if err != nil {
-		return err
-	}
-	if err := s.append(protocol.Event{ID: id, Type: typ, Payload: b}); err != nil {
-		return err
-	}
-	more, err := protocol.Step(s.policy, s.state)
-	if err != nil {
-		return err
-	}
-	return s.append(more...)
-}
-
-// answer plays the model for the active request: it streams text word by
-// word in progress batches and completes the step.
-func (s *session) answer(gen, text string) error {
-	if err := s.work("start-"+gen, protocol.TypeGenerationStarted, protocol.GenerationStarted{
-		GenerationID: gen, RequestID: s.state.ActiveRequestID, Attempt: 1, Model: "demo"}); err != nil {
-		return err
-	}
-	chunks := []protocol.UIMessageChunk{{Type: protocol.ChunkStartStep}, {Type: protocol.ChunkTextStart, ID: "t"}}
-	for _, w := range strings.SplitAfter(text, " ") {
-		chunks = append(chunks, protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t", Delta: w})
-	}
-	chunks = append(chunks, protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: "t"}, protocol.UIMessageChunk{Type: protocol.ChunkFinishStep})
-	if err := s.work("progress-"+gen, protocol.TypeGenerationProgress, protocol.GenerationProgress{GenerationID: gen, Chunks: chunks}); err != nil {
-		return err
-	}
-	return s.work("complete-"+gen, protocol.TypeGenerationCompleted, protocol.GenerationCompleted{GenerationID: gen, FinishReason: "stop"})
-}
-
-func run(quiet bool) error {
-	s := &session{id: "demo-session", state: protocol.NewAIState(), quiet: quiet}
-	say := func(format string, args ...any) {
-		if !quiet {
-			fmt.Printf("\n# "+format+"\n", args...)
-		}
-	}
-	say("a user sends a message; the controller admits it as a turn and requests a model step")
-	if err := s.push(protocol.Inputs.Text("m1", "What is A2?")); err != nil {
-		return err
-	}
-	say("while the model answers, two more messages queue up")
-	if err := s.push(protocol.Inputs.Text("m2", "And how does steering work?")); err != nil {
-		return err
-	}
-	if err := s.push(protocol.Inputs.Text("m3", "Thanks!")); err != nil {
-		return err
-	}
-	say("the user moves the last message to the front of the queue")
-	move := protocol.Inputs.Queue.Move("m3", ptr("m2"))
-	move.ID = "move-1"
-	if err := s.push(move); err != nil {
-		return err
-	}
-	say("the model streams its answer; the turn ends and the next input is admitted")
-	if err := s.answer("gen-1", "A2 keeps every agent conversation as a durable, event-sourced session."); err != nil {
-		return err
-	}
-	say("the user stops the second turn before the model answers")
-	stop := protocol.Inputs.Stop(s.state.Active.TurnID, nil)
-	stop.ID = "stop-1"
-	if err := s.push(stop); err != nil {
-		return err
-	}
-	if err := s.answer("gen-3", "Steering hands off after the current step."); err != nil {
-		return err
-	}
-	if !quiet {
-		fmt.Println("\n# the transcript folded from the log")
-		for _, m := range s.state.Messages {
-			var text []string
-			for _, p := range m.Parts {
-				if p.Type == protocol.PartText {
-					text = append(text, p.Text)
-				}
-			}
-			fmt.Printf("%-10s %s\n", m.Role+":", strings.Join(text, " "))
-		}
-		fmt.Printf("\nstatus: %s, %d events in the log\n", s.state.Status, len(s.log))
-	}
-	return nil
-}
-
-func ptr(s string) *string { return &s }
+// instructions are the default agent's system prompt.
+const instructions = "You are a helpful assistant running on A2, a runtime for durable AI agent sessions. " +
+	"Answer briefly. Use the current_time tool for questions about the time or date and the calculator tool for arithmetic."
 
 func main() {
-	quiet := flag.Bool("quiet", false, "print nothing; exit non-zero if the demonstration fails")
-	flag.Parse()
-	if err := run(*quiet); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// The first signal starts a graceful shutdown; restoring the default
+	// handling lets a second one end the process at once.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	if err := runCommand(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "node:", err)
 		os.Exit(1)
 	}
+}
+
+// runCommand runs the subcommand named by args: serve (the default), chat
+// or demo.
+func runCommand(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cmd := ""
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "", "serve":
+		cfg, err := parseServeFlags(args, getenv, stderr)
+		if err != nil {
+			return err
+		}
+		cfg.logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		ln, err := net.Listen("tcp", cfg.addr)
+		if err != nil {
+			return fmt.Errorf("cannot listen on %s: %w (another node running? choose another with --addr)", cfg.addr, err)
+		}
+		return serve(ctx, cfg, ln, stdout)
+	case "chat":
+		return runChat(ctx, args, getenv, stdin, stdout, stderr)
+	case "demo":
+		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		quiet := fs.Bool("quiet", false, "print nothing; exit non-zero if the demonstration fails")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		return runDemonstration(*quiet)
+	}
+	return fmt.Errorf("unknown command %q: use serve (the default), chat or demo", cmd)
+}
+
+// config is the configuration of a serving node.
+type config struct {
+	addr       string
+	data       string
+	adminToken string
+	model      string
+	script     string
+	catalog    string
+	demoDelay  time.Duration
+	getenv     func(string) string
+	// fs is Pebble's filesystem; nil is the operating system's (tests use
+	// vfs.NewMem()).
+	fs     vfs.FS
+	logger *slog.Logger
+	// heartbeat overrides the stream heartbeat interval (tests).
+	heartbeat time.Duration
+}
+
+// parseServeFlags reads the flags of serve; each defaults to its
+// environment variable, then to the built-in default.
+func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	cfg := config{getenv: getenv}
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.addr, "addr", env("A2_ADDR", "127.0.0.1:8080"), "address of the HTTP API (A2_ADDR)")
+	fs.StringVar(&cfg.data, "data", env("A2_DATA", "./data"), "directory of the embedded Pebble store (A2_DATA)")
+	fs.StringVar(&cfg.adminToken, "admin-token", env("A2_ADMIN_TOKEN", ""), "bearer token of the admin route for trusted appends; empty disables it (A2_ADMIN_TOKEN)")
+	fs.StringVar(&cfg.model, "model", env("A2_MODEL", ""), `model ID of the agent; "demo" is the offline demo model (A2_MODEL; default: from the provider keys set)`)
+	fs.StringVar(&cfg.script, "script", env("A2_SCRIPT", ""), "test mode: serve the script model of this JSON file and POST /v1/test/gates/{name} (A2_SCRIPT)")
+	fs.StringVar(&cfg.catalog, "catalog", env("A2_CATALOG", catalog.DefaultURL), `models catalog (URL or JSON file) for the model limits that drive compaction, used with a real provider; "off" disables lookups (A2_CATALOG)`)
+	delay, err := time.ParseDuration(env("A2_DEMO_DELAY", demo.DefaultWordDelay.String()))
+	if err != nil {
+		return cfg, fmt.Errorf("A2_DEMO_DELAY: %w", err)
+	}
+	fs.DurationVar(&cfg.demoDelay, "demo-delay", delay, "pause of the demo model before each word (A2_DEMO_DELAY)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return cfg, nil
+}
+
+// serve runs a single node on ln until ctx ends, then shuts down: the
+// listener stops accepting, live streams end, requests in flight finish
+// (pushes are answered once durable), the runtime stops its sessions
+// after their writes in flight, and the store closes.
+func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err error) {
+	defer ln.Close()
+	logger := cfg.logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var sc *script.Script
+	if cfg.script != "" {
+		if sc, err = script.Load(cfg.script); err != nil {
+			return err
+		}
+	}
+	getenv := cfg.getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	p := selectProviders(getenv, cfg.model, sc, cfg.demoDelay)
+
+	store, err := pebblestore.Open(cfg.data, pebblestore.Options{FS: cfg.fs, Logger: pebbleLogger{logger}})
+	if err != nil {
+		return fmt.Errorf("cannot open the store in %s: %w", cfg.data, err)
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the store: %w", cerr)
+		}
+	}()
+	agent, err := actors.NewAgent(actors.AgentOptions{
+		Name:         defaultAgent,
+		Model:        harness.ModelID(p.model),
+		Models:       p.providerFor,
+		Instructions: harness.Instructions(instructions),
+		Tools:        demo.Tools(),
+	})
+	if err != nil {
+		return err
+	}
+	// The runtime logs warnings and errors only: protoactor's lifecycle
+	// lines are not a node operator's business.
+	rtLogger := slog.New(&minLevel{Handler: logger.Handler(), level: slog.LevelWarn})
+	ropts := actors.Options{Logger: rtLogger}
+	if p.real() && cfg.catalog != "" && cfg.catalog != "off" {
+		ropts.Catalog = actors.CatalogCache{Source: cfg.catalog, Cache: &catalog.Cache{}}
+	}
+	rt, err := actors.New(store, []*actors.Agent{agent}, ropts)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+
+	gopts := gateway.Options{AdminToken: cfg.adminToken, Logger: logger, HeartbeatInterval: cfg.heartbeat}
+	if p.script != nil {
+		gopts.Gates = p.script
+	}
+	gw := gateway.New(gateway.RuntimeRouter{Runtime: rt}, gopts)
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(gw.Close)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	printBanner(out, "http://"+ln.Addr().String(), cfg, p)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("the HTTP server stopped: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: finishing requests in flight")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("requests still running at the shutdown deadline were cut", "err", err)
+		_ = srv.Close()
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// printBanner tells a newcomer where the node is and what to do next.
+func printBanner(out io.Writer, base string, cfg config, p providers) {
+	admin := "disabled (set --admin-token or A2_ADMIN_TOKEN to enable trusted appends)"
+	if cfg.adminToken != "" {
+		admin = "enabled at /v1/admin/..."
+	}
+	id := "msg-" + rand.Text()[:10]
+	sessions := base + "/v1/agents/" + defaultAgent + "/sessions/hello"
+	fmt.Fprintf(out, `A2 node serving %s
+  agent:  %s
+  model:  %s (%s)
+  data:   %s
+  admin:  %s
+
+Chat with it from another terminal:
+  go run ./cmd/node chat --url %s
+
+Or with curl: send a message, then watch the answer stream in
+  curl -s %s/events -H 'Content-Type: application/json' \
+    -d '{"events":[{"id":"%s","type":"ai.control.requested","payload":{"action":"send","message":{"id":"%s","role":"user","parts":[{"type":"text","text":"What time is it?"}]}}}]}'
+  curl -N %s/stream
+
+The API is documented in docs/http.md. Ctrl-C stops the node.
+`, base, defaultAgent, p.model, p.name, cfg.data, admin, base, sessions, id, id, sessions)
+}
+
+// pebbleLogger routes Pebble's log lines to the node's logger: errors as
+// errors, the rest at debug level.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+// Fatalf is never called: the store installs its own, which turns a fatal
+// error into persistence.ErrFailed. Pebble's contract is that it does not
+// return.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	panic("pebble: fatal: " + fmt.Sprintf(format, args...))
+}
+
+// minLevel is a slog handler that drops records below a level.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (h *minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level && h.Handler.Enabled(ctx, l)
+}
+
+func (h *minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &minLevel{Handler: h.Handler.WithAttrs(attrs), level: h.level}
+}
+
+func (h *minLevel) WithGroup(name string) slog.Handler {
+	return &minLevel{Handler: h.Handler.WithGroup(name), level: h.level}
 }

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/a2-runtime/a2/client"
+	"github.com/a2-runtime/a2/harness/catalog"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// syncBuffer is an io.Writer safe for the node's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runningNode is a node served by serve on a loopback port.
+type runningNode struct {
+	url    string
+	out    *syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startNode runs serve on 127.0.0.1:0 with Pebble in memory and the demo
+// model without delay; the test's cleanup stops it if the test did not.
+func startNode(t *testing.T, cfg config) *runningNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.data == "" {
+		cfg.data = "data"
+	}
+	cfg.fs = vfs.NewMem()
+	var logs syncBuffer
+	cfg.logger = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &runningNode{url: "http://" + ln.Addr().String(), out: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	go func() { n.done <- serve(ctx, cfg, ln, n.out) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-n.done:
+		case <-time.After(20 * time.Second):
+			t.Error("the node did not stop")
+		}
+		if t.Failed() {
+			t.Logf("node logs:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(n.out.String(), "A2 node serving") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner: %q", n.out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return n
+}
+
+// stop cancels the node's context and requires a clean return.
+func (n *runningNode) stop(t *testing.T) {
+	t.Helper()
+	n.cancel()
+	select {
+	case err := <-n.done:
+		n.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the node did not stop within 20 s")
+	}
+}
+
+// The node's first run: the banner says where to go next; a first
+// conversation with the demo model (through the Go client) runs its
+// calculator tool and answers from the result; cancelling the context
+// shuts the node down cleanly although a live stream is open.
+func TestNodeFirstConversation(t *testing.T) {
+	n := startNode(t, config{demoDelay: 0})
+	banner := n.out.String()
+	for _, want := range []string{n.url, "model:  demo", "curl -s " + n.url + "/v1/agents/assistant/sessions/hello/events", "curl -N", "go run ./cmd/node chat"} {
+		if !strings.Contains(banner, want) {
+			t.Fatalf("the banner lacks %q:\n%s", want, banner)
+		}
+	}
+	resp, err := http.Get(n.url + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	c, err := client.New(n.url, "assistant", client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := c.Open(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Send(ctx, "calculate 2+3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(ctx, func(st *protocol.AIState) bool { return st.Active == nil && len(st.Messages) == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Confirmed()
+	var answer strings.Builder
+	tool := false
+	for _, p := range st.Messages[1].Parts {
+		if p.Type == protocol.PartText {
+			answer.WriteString(p.Text)
+		}
+		tool = tool || (p.ToolNameOf() == "calculator" && p.State == protocol.ToolOutputAvailable)
+	}
+	if !tool || !strings.Contains(answer.String(), "2+3 = 5") {
+		t.Fatalf("tool %v, answer %q", tool, answer.String())
+	}
+	n.stop(t)
+	if _, err := http.Get(n.url + "/healthz"); err == nil {
+		t.Fatal("the node still answers after shutdown")
+	}
+}
+
+// The chat subcommand sends what it reads, streams the answers, handles
+// its slash commands, and at the end of its input exits once everything
+// sent is answered.
+func TestChat(t *testing.T) {
+	n := startNode(t, config{demoDelay: 0})
+	// Steering a running turn hands off after its current step, which
+	// depends on timing; steering an idle session starts a turn, which does
+	// not. So the steer comes first.
+	in := strings.NewReader("/stop\n/frobnicate\n/pause now\n/resume\n/steer what time is it?\ncalculate 2+3\n/queue hello\n")
+	var out syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := runCommand(ctx, []string{"chat", "--url", n.url, "--session", "chat-test"}, func(string) string { return "" }, in, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{"Session chat-test", "[nothing to stop]", "[unknown command /frobnicate]",
+		`[tool calculator {"expression":"2+3"} -> {"expression":"2+3","result":5}]`, "2+3 = 5", "assistant: Hello!", "according to the current_time tool"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("the chat printed no %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "not sent") || strings.Contains(got, "rejected") {
+		t.Fatalf("a command failed:\n%s", got)
+	}
+	// A second chat resumes the session and shows its transcript.
+	var again syncBuffer
+	err = runCommand(ctx, []string{"chat", "--url", n.url, "--session", "chat-test"}, func(string) string { return "" }, strings.NewReader("/quit\n"), &again, io.Discard)
+	if err != nil || !strings.Contains(again.String(), "2+3 = 5") {
+		t.Fatalf("resumed chat: %v\n%s", err, again.String())
+	}
+	// A node that is not there is an error that says so.
+	err = runCommand(ctx, []string{"chat", "--url", "http://127.0.0.1:1"}, func(string) string { return "" }, strings.NewReader(""), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "is the node running?") {
+		t.Fatalf("chat without a node: %v", err)
+	}
+}
+
+// Test mode: --script serves the script model and the gate route.
+func TestNodeScriptMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "script.json")
+	if err := os.WriteFile(path, []byte(`{"replies":[{"text":"gated answer","gate":"g1"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, config{script: path})
+	if !strings.Contains(n.out.String(), "model:  script") {
+		t.Fatalf("banner:\n%s", n.out.String())
+	}
+	c, err := client.New(n.url, "assistant", client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := c.Open(ctx, "gated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Send(ctx, "Hi"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(ctx, func(st *protocol.AIState) bool { return st.Status == protocol.StatusStreaming }); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(n.url+"/v1/test/gates/g1", "application/json", nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("release: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if err := s.Wait(ctx, func(st *protocol.AIState) bool { return st.Active == nil && len(st.Messages) == 2 }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeFlagsAndEnvironment(t *testing.T) {
+	env := map[string]string{"A2_ADDR": "127.0.0.1:9999", "A2_DATA": "/tmp/a2", "A2_ADMIN_TOKEN": "tok", "A2_MODEL": "demo", "A2_DEMO_DELAY": "5ms", "A2_CATALOG": "off"}
+	getenv := func(k string) string { return env[k] }
+	cfg, err := parseServeFlags(nil, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.addr != "127.0.0.1:9999" || cfg.data != "/tmp/a2" || cfg.adminToken != "tok" || cfg.model != "demo" || cfg.demoDelay != 5*time.Millisecond || cfg.catalog != "off" {
+		t.Fatalf("from the environment: %+v", cfg)
+	}
+	cfg, err = parseServeFlags([]string{"--addr", ":1", "--data", "d", "--admin-token", "x", "--model", "m", "--script", "s.json", "--demo-delay", "0"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.addr != ":1" || cfg.data != "d" || cfg.adminToken != "x" || cfg.model != "m" || cfg.script != "s.json" || cfg.demoDelay != 0 {
+		t.Fatalf("flags over the environment: %+v", cfg)
+	}
+	cfg, err = parseServeFlags(nil, func(string) string { return "" }, io.Discard)
+	if err != nil || cfg.addr != "127.0.0.1:8080" || cfg.data != "./data" || cfg.adminToken != "" || cfg.catalog != catalog.DefaultURL {
+		t.Fatalf("defaults: %+v, %v", cfg, err)
+	}
+	if _, err := parseServeFlags([]string{"extra"}, getenv, io.Discard); err == nil {
+		t.Fatal("a stray argument was accepted")
+	}
+	if err := runCommand(context.Background(), []string{"bogus"}, getenv, nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Fatalf("unknown command: %v", err)
+	}
+	if err := runCommand(context.Background(), []string{"demo", "--quiet"}, getenv, nil, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The provider keys in the environment choose the default model; a model
+// ID is routed to the provider that serves it; with no key the demo model
+// answers.
+func TestProviderSelection(t *testing.T) {
+	cases := []struct {
+		env       map[string]string
+		model     string
+		wantModel string
+		route     map[string]string // model ID -> provider name ("" = error)
+	}{
+		{nil, "", "demo", map[string]string{"demo": "demo", "gpt-4o": ""}},
+		{map[string]string{"OPENAI_API_KEY": "k"}, "", defaultOpenAIModel, map[string]string{"gpt-4o": "openai", "demo": "demo"}},
+		{map[string]string{"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"}, "llama3.2", "llama3.2", map[string]string{"llama3.2": "openai"}},
+		{map[string]string{"AI_GATEWAY_API_KEY": "k"}, "", defaultGatewayModel, map[string]string{"anthropic/claude-sonnet-4": "gateway", "gpt-4o": "gateway"}},
+		{map[string]string{"ANTHROPIC_API_KEY": "k"}, "", defaultAnthropicModel, map[string]string{"claude-sonnet-4-0": "anthropic", "gpt-4o": "anthropic"}},
+		{map[string]string{"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, "claude-sonnet-4-0", "claude-sonnet-4-0", map[string]string{"claude-sonnet-4-0": "anthropic", "gpt-4o": "openai"}},
+		{map[string]string{"OPENAI_API_KEY": "k"}, "demo", "demo", map[string]string{"demo": "demo"}},
+	}
+	for i, tc := range cases {
+		p := selectProviders(func(k string) string { return tc.env[k] }, tc.model, nil, 0)
+		if p.model != tc.wantModel || p.real() != (tc.wantModel != "demo") {
+			t.Errorf("case %d: model %q (real %v), want %q", i, p.model, p.real(), tc.wantModel)
+		}
+		for id, want := range tc.route {
+			m, err := p.providerFor(id)
+			got := ""
+			switch {
+			case err != nil:
+			case m == p.demo:
+				got = "demo"
+			case p.openai != nil && m == p.openai:
+				got = "openai"
+			case p.gateway != nil && m == p.gateway:
+				got = "gateway"
+			case p.anthropic != nil && m == p.anthropic:
+				got = "anthropic"
+			default:
+				got = fmt.Sprintf("%T", m)
+			}
+			if got != want {
+				t.Errorf("case %d: %q goes to %q, want %q (%v)", i, id, got, want, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// Router is what the gateway serves: the sessions of a set of agents. The
+// single-node runtime (RuntimeRouter over *actors.Runtime) implements it
+// today; a cluster member that routes by session ID will implement it
+// later. Every method is safe for concurrent use.
+//
+// Errors the gateway maps to HTTP statuses: actors.ErrUnknownAgent (404),
+// *protocol.ValidationError (400), actors.ErrPartialDuplicateBatch (409),
+// actors.ErrUnavailable and actors.ErrClosed (503). Anything else is an
+// internal error (500).
+type Router interface {
+	// Push validates events pushed by a client (trusted false) or appended by
+	// server code (trusted true) and returns the persisted events once
+	// durable. An identical resubmission returns the stored events and
+	// appends nothing; on any error nothing is appended.
+	Push(ctx context.Context, agent, session string, events []protocol.Event, trusted bool) ([]protocol.Event, error)
+	// State returns the session's folded state and the log index it is at.
+	State(ctx context.Context, agent, session string) (*protocol.SessionState, uint64, error)
+	// Subscribe checks the agent and session, then streams the session's
+	// durable events with an index greater than after, in order, with no gap
+	// and no duplicate: history first, then the live tail. The channel
+	// closes when ctx ends or the subscription fails (the error is then sent
+	// on the error channel first).
+	Subscribe(ctx context.Context, agent, session string, after uint64) (<-chan protocol.Event, <-chan error, error)
+	// History returns up to limit durable events of the session with an
+	// index greater than after, in index order.
+	History(ctx context.Context, agent, session string, after uint64, limit int) ([]protocol.Event, error)
+}
+
+// RuntimeRouter serves the sessions of one in-process runtime.
+type RuntimeRouter struct {
+	Runtime *actors.Runtime
+}
+
+var _ Router = RuntimeRouter{}
+
+// check refuses an unknown agent and a session ID that breaks the caller-ID
+// rules, before anything reads the store.
+func (r RuntimeRouter) check(agent, session string) error {
+	if _, ok := r.Runtime.Agent(agent); !ok {
+		return fmt.Errorf("%w %q", actors.ErrUnknownAgent, agent)
+	}
+	return protocol.ValidateCallerID("session", session)
+}
+
+// Push implements Router.
+func (r RuntimeRouter) Push(ctx context.Context, agent, session string, events []protocol.Event, trusted bool) ([]protocol.Event, error) {
+	return r.Runtime.Push(ctx, agent, session, events, trusted)
+}
+
+// State implements Router.
+func (r RuntimeRouter) State(ctx context.Context, agent, session string) (*protocol.SessionState, uint64, error) {
+	return r.Runtime.State(ctx, agent, session)
+}
+
+// Subscribe implements Router.
+func (r RuntimeRouter) Subscribe(ctx context.Context, agent, session string, after uint64) (<-chan protocol.Event, <-chan error, error) {
+	if err := r.check(agent, session); err != nil {
+		return nil, nil, err
+	}
+	evs, errc := r.Runtime.Subscribe(ctx, session, after)
+	return evs, errc, nil
+}
+
+// History implements Router.
+func (r RuntimeRouter) History(ctx context.Context, agent, session string, after uint64, limit int) ([]protocol.Event, error) {
+	if err := r.check(agent, session); err != nil {
+		return nil, err
+	}
+	evs, err := r.Runtime.Store().Read(ctx, session, after, limit)
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("%w: %v", actors.ErrUnavailable, err)
+	}
+	return evs, err
+}

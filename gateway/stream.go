@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// stream serves GET .../stream?after=N as server-sent events: one SSE event
+// per log event (id: its index, event: its type, data: the full envelope as
+// JSON), starting after the Last-Event-ID header when present (it wins over
+// after, so a reconnecting EventSource resumes with no gap and no
+// duplicate), a ": ping" comment when idle for the heartbeat interval, and
+// a flush per batch: every event already available is written before one
+// flush.
+//
+// The stream ends when the client goes away, the gateway closes, or the
+// subscription fails; in the last case a comment ": error ..." says why and
+// the client reconnects from the last ID it saw.
+func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
+	agent, session := r.PathValue("agent"), r.PathValue("session")
+	after, err := uintParam(r, "after", 0)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	if last := strings.TrimSpace(r.Header.Get("Last-Event-ID")); last != "" {
+		n, err := strconv.ParseUint(last, 10, 64)
+		if err != nil {
+			g.fail(w, r, invalid("Last-Event-ID", "must be the index of the last event seen (a non-negative integer), not %q", last))
+			return
+		}
+		after = n
+	}
+	if err := g.authorize(r, Operation{Type: OpRead, Agent: agent, Session: session}); err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	events, errc, err := g.router.Subscribe(ctx, agent, session, after)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	flush := func() error {
+		_ = rc.SetWriteDeadline(time.Now().Add(g.opts.WriteTimeout))
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	// The retry hint and a first comment make the headers reach the client
+	// at once, before any event exists.
+	_, _ = bw.WriteString("retry: 1000\n: connected\n\n")
+	if flush() != nil {
+		return
+	}
+	heartbeat := time.NewTicker(g.opts.HeartbeatInterval)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				g.endStream(bw, errc, flush)
+				return
+			}
+			writeSSE(bw, ev)
+			// Flush per batch: write what is already there, then flush once.
+		drain:
+			for {
+				select {
+				case ev, ok := <-events:
+					if !ok {
+						g.endStream(bw, errc, flush)
+						return
+					}
+					writeSSE(bw, ev)
+				default:
+					break drain
+				}
+			}
+			if flush() != nil {
+				return
+			}
+			heartbeat.Reset(g.opts.HeartbeatInterval)
+		case <-heartbeat.C:
+			_, _ = bw.WriteString(": ping\n\n")
+			if flush() != nil {
+				return
+			}
+		case <-g.done:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// endStream reports why the subscription ended, when it failed.
+func (g *Gateway) endStream(bw *bufio.Writer, errc <-chan error, flush func() error) {
+	select {
+	case err := <-errc:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			g.opts.Logger.Warn("gateway: a stream's subscription failed", "err", err)
+			_, _ = bw.WriteString(": error " + oneLine(classify(err).Message) + "\n\n")
+		}
+	default:
+	}
+	_ = flush()
+}
+
+// writeSSE writes one log event as an SSE event.
+func writeSSE(bw *bufio.Writer, ev protocol.Event) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return // a protocol.Event always encodes; its payload is valid JSON
+	}
+	bw.WriteString("id: ")
+	bw.WriteString(strconv.FormatUint(ev.Index, 10))
+	bw.WriteString("\nevent: ")
+	bw.WriteString(oneLine(ev.Type))
+	// json.Marshal writes no raw newline (it compacts the payload), so the
+	// envelope is one data line.
+	bw.WriteString("\ndata: ")
+	bw.Write(b)
+	bw.WriteString("\n\n")
+}
+
+// oneLine keeps a string on one SSE line.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' {
+			return ' '
+		}
+		return r
+	}, s)
+}
