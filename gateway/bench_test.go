@@ -1,0 +1,115 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2/gateway"
+	"github.com/a2-runtime/a2/gateway/gatewaytest"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// BenchmarkHTTPPush pushes passive messages over HTTP from 10 concurrent
+// clients to 100 sessions and reports pushes per second.
+func BenchmarkHTTPPush(b *testing.B) {
+	f := wrapNodeB(b, `{}`)
+	var next atomic.Int64
+	ctx := context.Background()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := 0; c < 10; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			hc := &http.Client{}
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				id := fmt.Sprintf("bench-%d-%d", c, i)
+				passive := false
+				m := protocol.UIMessage{ID: id, Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: id}}}
+				if _, err := postJSON(ctx, hc, f.URL+sessionsPath+fmt.Sprintf("s%03d", i%100)+"/events", pushBody(protocol.Inputs.Message(m, protocol.MessageOptions{Generate: &passive}))); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pushes/s")
+}
+
+// BenchmarkPushToFirstToken measures, over HTTP, the time from a push of a
+// generating message to the first streamed text chunk of its answer on the
+// session's Server-Sent Events stream, with 10 concurrent clients.
+func BenchmarkPushToFirstToken(b *testing.B) {
+	f := wrapNodeB(b, `{"default":{"text":"a short streamed answer"}}`)
+	var next atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for c := 0; c < 10; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			hc := &http.Client{}
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				session := fmt.Sprintf("first-%d", i)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.URL+sessionsPath+session+"/stream", nil)
+				resp, err := hc.Do(req)
+				if err != nil {
+					cancel()
+					b.Error(err)
+					return
+				}
+				t0 := time.Now()
+				if _, err := postJSON(ctx, hc, f.URL+sessionsPath+session+"/events", pushBody(protocol.Inputs.Text("q-"+session, "hi"))); err != nil {
+					cancel()
+					b.Error(err)
+					return
+				}
+				sc := bufio.NewScanner(resp.Body)
+				sc.Buffer(make([]byte, 1<<20), 1<<20)
+				for sc.Scan() {
+					line := sc.Text()
+					if strings.HasPrefix(line, "data:") && strings.Contains(line, `"text-delta"`) {
+						mu.Lock()
+						lat = append(lat, time.Since(t0))
+						mu.Unlock()
+						break
+					}
+				}
+				resp.Body.Close()
+				cancel()
+			}
+		}(c)
+	}
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	if len(lat) == 0 {
+		b.Fatal("no first token observed")
+	}
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[(len(lat)-1)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+func wrapNodeB(b *testing.B, script string) *fixture {
+	return &fixture{Node: gatewaytest.Start(b, gatewaytest.Options{Script: script, Gateway: gateway.Options{}})}
+}
