@@ -59,6 +59,15 @@ func (o *observedModel) cancelled() []error {
 	}
 }
 
+// waitCalls waits (up to 5 s) until the model received at least n calls:
+// the start of a step is written as soon as its model resolved, and the
+// call itself follows.
+func (o *observedModel) waitCalls(n int) {
+	for deadline := time.Now().Add(5 * time.Second); len(o.requests()) < n && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (o *observedModel) requests() []harness.Request {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -136,6 +145,7 @@ func TestQueueWaitsForTheTurn(t *testing.T) {
 	f.waitFor("s1", "streaming", func(s *protocol.AIState) bool { return s.Status == protocol.StatusStreaming })
 	f.push("s1", protocol.Inputs.Text("m2", "second question"))
 	st := f.waitFor("s1", "m2 queued", func(s *protocol.AIState) bool { return len(s.Inbox.Items) == 1 })
+	o.waitCalls(1)
 	if st.Inbox.Items[0].ID != "m2" || len(o.requests()) != 1 {
 		t.Fatalf("inbox %+v, %d model calls", st.Inbox.Items, len(o.requests()))
 	}
@@ -200,6 +210,7 @@ func TestSteeringHandsOffAfterTheStep(t *testing.T) {
 	}
 	f.push("s1", protocol.Inputs.Steer(&turn, msg("s1a", "prefer trains"), nil))
 	f.push("s1", protocol.Inputs.Steer(&turn, msg("s1b", "and no flights"), nil))
+	o.waitCalls(1)
 	if n := len(o.requests()); n != 1 {
 		t.Fatalf("steering started a model call before the step ended (%d calls)", n)
 	}
@@ -278,6 +289,7 @@ func TestPauseNowThenSteerResumeHandsOff(t *testing.T) {
 	f.push("s1", withID(protocol.Inputs.Pause(protocol.PauseNow), "p1"))
 	f.waitFor("s1", "paused", func(s *protocol.AIState) bool { return s.Active != nil && s.Active.Phase == protocol.PhasePaused })
 	f.push("s1", protocol.Inputs.Steer(&turn, protocol.UIMessage{ID: "st1", Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: "do this instead"}}}, nil))
+	o.waitCalls(1)
 	time.Sleep(20 * time.Millisecond)
 	if n := len(o.requests()); n != 1 {
 		t.Fatalf("steering resumed a paused turn (%d calls)", n)
@@ -303,6 +315,7 @@ func TestRetryAfterProviderError(t *testing.T) {
 		t.Fatalf("error %+v", st.Error)
 	}
 	f.push("s1", protocol.Inputs.Text("m2", "queued"))
+	o.waitCalls(1)
 	time.Sleep(20 * time.Millisecond)
 	if n := len(o.requests()); n != 1 {
 		t.Fatalf("a failed turn must block admission and not retry by itself (%d calls)", n)

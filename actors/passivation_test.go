@@ -86,7 +86,9 @@ func TestPassivationFreesMemory(t *testing.T) {
 	if active != n {
 		t.Fatalf("%d sessions were active, want %d", active, n)
 	}
-	if growth > perActive/2 {
+	if raceEnabled {
+		t.Log("heap figures are not checked under the race detector (its instrumentation allocates); run go test ./actors -run Passivation without -race")
+	} else if growth > perActive/2 {
 		t.Fatalf("each passivated session still holds %.0f bytes (an active one %.0f)", growth, perActive)
 	}
 	// A passivated session reactivates from the store.
