@@ -118,7 +118,7 @@ func (s *sessionActor) reconcile() {
 		case protocol.WorkGeneration:
 			gen = &work[i]
 		case protocol.WorkSettle:
-			if work[i].GenerationID != "" {
+			if work[i].ToolCallID == "" { // a generation; tools settle in reconcileTools
 				settling[work[i].GenerationID] = true
 			}
 		}
@@ -253,6 +253,7 @@ func (s *sessionActor) laneEvents() []protocol.Event {
 	max := s.agent.progress.MaxChunks
 	for gen, l := range s.lanes {
 		if l.startedEv != nil {
+			l.startedEv.Cause = l.request
 			out = append(out, *l.startedEv)
 			l.startedEv, l.started = nil, true
 		}
@@ -264,7 +265,7 @@ func (s *sessionActor) laneEvents() []protocol.Event {
 				n = max
 			}
 			out = append(out, protocol.Event{ID: protocol.DeriveID("progress", s.id, gen, strconv.Itoa(l.next)), Type: protocol.TypeGenerationProgress,
-				Payload: mustJSON(protocol.GenerationProgress{GenerationID: gen, FromIndex: l.next, Chunks: l.chunks[:n]})})
+				Payload: mustJSON(protocol.GenerationProgress{GenerationID: gen, FromIndex: l.next, Chunks: l.chunks[:n]}), Cause: l.request})
 			l.next += n
 			l.chunks = l.chunks[n:]
 		}
@@ -272,11 +273,11 @@ func (s *sessionActor) laneEvents() []protocol.Event {
 		if e := l.end; e != nil {
 			if e.failure != "" {
 				out = append(out, protocol.Event{ID: protocol.DeriveID("failed", s.id, gen), Type: protocol.TypeGenerationFailed,
-					Payload: mustJSON(protocol.GenerationFailed{GenerationID: gen, Message: e.failure})})
+					Payload: mustJSON(protocol.GenerationFailed{GenerationID: gen, Message: e.failure}), Cause: l.request})
 			} else {
 				out = append(out, protocol.Event{ID: protocol.DeriveID("completed", s.id, gen), Type: protocol.TypeGenerationCompleted,
 					Payload: mustJSON(protocol.GenerationCompleted{GenerationID: gen, Usage: e.usage, FinishReason: e.finishReason,
-						InputTokenEstimate: e.estimate, InputBytes: e.bytes})})
+						InputTokenEstimate: e.estimate, InputBytes: e.bytes}), Cause: l.request})
 			}
 			s.ctx.Stop(l.pid)
 			delete(s.lanes, gen)

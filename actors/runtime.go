@@ -74,6 +74,7 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	sessions map[string]*actor.PID
+	failures map[string]int // write failures in a row, per session
 	closed   bool
 	wg       sync.WaitGroup // session actors alive
 }
@@ -81,7 +82,7 @@ type Runtime struct {
 // New starts a runtime.
 func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, error) {
 	opts = opts.withDefaults()
-	r := &Runtime{store: store, agents: map[string]*Agent{}, opts: opts, sessions: map[string]*actor.PID{}}
+	r := &Runtime{store: store, agents: map[string]*Agent{}, opts: opts, sessions: map[string]*actor.PID{}, failures: map[string]int{}}
 	for _, a := range agents {
 		if _, dup := r.agents[a.Name()]; dup {
 			return nil, &protocol.ConfigError{Option: "agents", Message: fmt.Sprintf("two agents are named %q", a.Name())}
@@ -326,8 +327,22 @@ func (r *Runtime) PassivateIdle() {
 // reactivateLater activates a session again after a short pause, once its
 // actor stopped on a write failure: the durable work it had (a model step,
 // a tool call) goes on from the store.
+//
+// The pause doubles with each failure in a row, from 50 ms up to 30 s, so
+// that a session that keeps failing (a broken disk, a bug) does not spin;
+// a durable write resets it.
 func (r *Runtime) reactivateLater(agent *Agent, session string) {
-	time.AfterFunc(50*time.Millisecond, func() {
+	r.mu.Lock()
+	k := key(agent.Name(), session)
+	n := r.failures[k]
+	r.failures[k] = n + 1
+	r.mu.Unlock()
+	delay := 50 * time.Millisecond << min(n, 10)
+	if delay > 30*time.Second {
+		delay = 30 * time.Second
+	}
+	r.opts.Logger.Warn("reactivating a session after a write failure", "session", session, "in", delay, "failures", n+1)
+	time.AfterFunc(delay, func() {
 		r.mu.Lock()
 		closed := r.closed
 		r.mu.Unlock()
@@ -335,6 +350,13 @@ func (r *Runtime) reactivateLater(agent *Agent, session string) {
 			_, _ = r.pid(agent, session)
 		}
 	})
+}
+
+// wrote records a durable write of a session, ending a run of failures.
+func (r *Runtime) wrote(agent, session string) {
+	r.mu.Lock()
+	delete(r.failures, key(agent, session))
+	r.mu.Unlock()
 }
 
 // ActiveSessions is the number of activated sessions.

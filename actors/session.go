@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -65,7 +66,8 @@ type sessionActor struct {
 	// failed is set when a write failed: the runtime activates the session
 	// again after the actor stopped, so its durable work goes on without
 	// waiting for a request (R-GEN-17).
-	failed bool
+	failed    bool
+	wroteOnce bool
 }
 
 // pendingPush is a push waiting for its batch to be durable.
@@ -321,15 +323,26 @@ func (s *sessionActor) tryFlush() {
 	s.writing = true
 	s.inflight = pushes
 	store, session, expected, self, sys := s.rt.store, s.id, s.index, s.self, s.rt.system
+	logger := s.rt.opts.Logger
 	go func() {
 		stored, err := store.Append(context.Background(), session, expected, batch)
+		if err != nil && logger.Enabled(context.Background(), slog.LevelDebug) {
+			ids := make([]string, len(batch))
+			for i, ev := range batch {
+				ids[i] = ev.Type + " " + ev.ID
+			}
+			logger.Debug("batch not written", "session", session, "expected", expected, "events", ids)
+		}
 		sys.Root.Send(self, &writeDone{stored: stored, err: err})
 	}()
 }
 
+// anyEnded reports whether a lane has its terminal event to write. A
+// lane's start alone does not start a write: it rides with the step's
+// first chunks (or its end), which saves a synced write per step.
 func (s *sessionActor) anyEnded() bool {
 	for _, l := range s.lanes {
-		if l.end != nil || l.startedEv != nil {
+		if l.end != nil {
 			return true
 		}
 	}
@@ -405,6 +418,10 @@ func (s *sessionActor) onWriteDone(m *writeDone) {
 	}
 	if len(m.stored) > 0 {
 		s.index = m.stored[len(m.stored)-1].Index
+	}
+	if !s.wroteOnce {
+		s.wroteOnce = true
+		s.rt.wrote(s.agent.Name(), s.id)
 	}
 	s.rt.opts.Logger.Debug("batch durable", "session", s.id, "events", len(m.stored), "index", s.index)
 	for _, ev := range m.stored {

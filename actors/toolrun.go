@@ -131,7 +131,7 @@ func (s *sessionActor) claim(w protocol.Work) {
 		Payload: mustJSON(protocol.ToolExecutionRequested{ToolCallID: w.ToolCallID, ToolName: w.ToolName, Input: w.Input,
 			GenerationID: w.GenerationID, TurnID: w.TurnID, Version: w.Version})}
 	s.toolRuns[w.ToolCallID] = r
-	s.queueWork(protocol.Event{ID: protocol.DeriveID("claim", s.id, w.ToolCallID, strconv.Itoa(w.Version), strconv.Itoa(attempt)),
+	s.queueWork(protocol.Event{ID: protocol.DeriveID("claim", s.id, w.ToolCallID, strconv.Itoa(w.Version), strconv.Itoa(attempt)), Cause: r.event.ID,
 		Type: protocol.TypeToolExecClaimed, Payload: mustJSON(protocol.ToolExecutionClaimed{ToolCallID: w.ToolCallID,
 			GenerationID: w.GenerationID, Version: w.Version, Attempt: attempt})})
 }
@@ -141,8 +141,10 @@ func (s *sessionActor) toolDone(call, gen string, version, attempt int, output j
 	if errText == "" && len(output) == 0 {
 		p.Output = json.RawMessage("null")
 	}
+	// The outcome carries its durable cause: the call's work event
+	// (R-TOOL-04).
 	return protocol.Event{ID: protocol.DeriveID("tool-done", s.id, call, strconv.Itoa(version), strconv.Itoa(attempt)),
-		Type: protocol.TypeToolExecCompleted, Payload: mustJSON(p)}
+		Type: protocol.TypeToolExecCompleted, Payload: mustJSON(p), Cause: protocol.DeriveID("tool", s.id, call, strconv.Itoa(version))}
 }
 
 // execute starts a claimed attempt's child actor.

@@ -52,7 +52,8 @@ type Reply struct {
 	Usage *protocol.Usage `json:"usage,omitempty"`
 	// FinishReason defaults to "tool-calls" with tool calls, else "stop".
 	FinishReason string `json:"finishReason,omitempty"`
-	// Error fails the call with a provider error after the text.
+	// Error fails the call with a provider error after the text and the
+	// tool calls.
 	Error string `json:"error,omitempty"`
 	// Then is the reply to the continuation after this call's tool results
 	// (a reply chain); continuations without it use the script order.
@@ -283,10 +284,6 @@ func plan(r *Reply, req harness.Request) []planned {
 	} else if r.Gate != "" {
 		out = append(out, planned{gate: r.Gate})
 	}
-	if r.Error != "" {
-		out = append(out, planned{err: &ProviderError{Message: r.Error}})
-		return out
-	}
 	for i, tc := range r.ToolCalls {
 		id := tc.ID
 		if id == "" {
@@ -299,6 +296,10 @@ func plan(r *Reply, req harness.Request) []planned {
 		add(protocol.UIMessageChunk{Type: protocol.ChunkToolInputStart, ToolCallID: id, ToolName: tc.Name})
 		add(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: id, InputTextDelta: string(input)})
 		add(protocol.UIMessageChunk{Type: protocol.ChunkToolInputAvailable, ToolCallID: id, ToolName: tc.Name, Input: input})
+	}
+	if r.Error != "" {
+		out = append(out, planned{err: &ProviderError{Message: r.Error}})
+		return out
 	}
 	finish := r.FinishReason
 	if finish == "" {

@@ -1,0 +1,171 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// R-TOOL-04 R-TOOL-03 R-TOOL-05: a tool outcome is one event that carries
+// its durable cause (the call's work event), and the continuation that the
+// last result allows commits in the same batch as that result.
+func TestToolOutcomeCauseAndJoin(t *testing.T) {
+	echo := tools.Tool{Name: "echo", Execute: func(_ context.Context, in json.RawMessage) (json.RawMessage, error) { return in, nil }}
+	f := newFixture(t, `{"replies":[{"toolCalls":[{"id":"c1","name":"echo","input":{"a":1}}],"then":{"text":"done"}}]}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{echo} })
+	f.push("s1", protocol.Inputs.Text("m1", "go"))
+	f.waitFor("s1", "done", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "done" })
+	evs, _ := f.store.Read(context.Background(), "s1", 0, 1000)
+	var work, outcome, next *protocol.Event
+	for i := range evs {
+		ev := &evs[i]
+		switch ev.Type {
+		case protocol.TypeToolExecRequested:
+			work = ev
+		case protocol.TypeToolExecCompleted:
+			outcome = ev
+		case protocol.TypeGenerationRequested:
+			if outcome != nil && next == nil {
+				next = ev
+			}
+		}
+	}
+	if work == nil || outcome == nil || next == nil {
+		t.Fatal("missing events")
+	}
+	if outcome.Cause != work.ID {
+		t.Fatalf("the outcome's cause is %q, want the work event %q", outcome.Cause, work.ID)
+	}
+	if next.Index != outcome.Index+1 {
+		t.Fatalf("the continuation (index %d) did not commit with the last result (index %d)", next.Index, outcome.Index)
+	}
+}
+
+// R-TOOL-06 R-STOP-12: a tool called in a step that then fails still runs
+// (its effect cannot be undone), its result is recorded, and the failure
+// blocks the continuation.
+func TestToolRunsWhenItsStepFails(t *testing.T) {
+	var runs atomic.Int64
+	echo := tools.Tool{Name: "echo", Execute: func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
+		runs.Add(1)
+		return in, nil
+	}}
+	f := newFixture(t, `{"replies":[{"toolCalls":[{"id":"c1","name":"echo","input":{}}],"error":"overloaded"}]}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{echo} })
+	f.push("s1", protocol.Inputs.Text("m1", "go"))
+	st := f.waitFor("s1", "failed with the result", func(s *protocol.AIState) bool {
+		return s.Status == protocol.StatusFailed && s.Tools["c1"].Status == protocol.ToolStatusCompleted
+	})
+	time.Sleep(20 * time.Millisecond)
+	if runs.Load() != 1 || len(f.model.Calls()) != 1 || st.ActiveRequestID != "" {
+		t.Fatalf("runs %d, model calls %d, request %q", runs.Load(), len(f.model.Calls()), st.ActiveRequestID)
+	}
+}
+
+// R-TOOL-14 R-PAUSE-09 R-PAUSE-08: Pause now cuts a running "report" tool
+// short: the interrupted result is recorded and Resume does not run it
+// again, while a "rerun" tool cut short runs again after Resume.
+func TestPauseNowWithReportAndRerunTools(t *testing.T) {
+	var shellRuns, fetchRuns atomic.Int64
+	block := func(counter *atomic.Int64) func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+			n := counter.Add(1)
+			if n > 1 {
+				return json.RawMessage(`"second run"`), nil
+			}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+	}
+	f := newFixture(t, `{"replies":[{"toolCalls":[{"id":"sh","name":"shell","input":{}},{"id":"fe","name":"fetchDocs","input":{}}],"then":{"text":"after resume"}}]}`,
+		func(a *AgentOptions) {
+			a.Tools = []tools.Tool{{Name: "shell", Execute: block(&shellRuns), Recovery: "report"}, {Name: "fetchDocs", Execute: block(&fetchRuns)}}
+		})
+	var logs syncBuffer
+	f.rt.opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	defer func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
+	f.push("s1", protocol.Inputs.Text("m1", "go"))
+	f.waitFor("s1", "both running", func(s *protocol.AIState) bool {
+		return s.Tools["sh"].Status == protocol.ToolStatusRunning && s.Tools["fe"].Status == protocol.ToolStatusRunning
+	})
+	for deadline := time.Now().Add(5 * time.Second); (shellRuns.Load() == 0 || fetchRuns.Load() == 0) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	f.push("s1", withID(protocol.Inputs.Pause(protocol.PauseNow), "p1"))
+	st := f.waitFor("s1", "paused", func(s *protocol.AIState) bool { return s.Active != nil && s.Active.Phase == protocol.PhasePaused })
+	if st.Tools["sh"].Status != protocol.ToolStatusInterrupted {
+		t.Fatalf("the report tool was not reported: %+v", st.Tools["sh"])
+	}
+	f.push("s1", withID(protocol.Inputs.Resume(), "r1"))
+	st = f.waitFor("s1", "answered", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "after resume" })
+	if shellRuns.Load() != 1 || fetchRuns.Load() != 2 {
+		t.Fatalf("shell ran %d times (want 1), fetchDocs %d (want 2)", shellRuns.Load(), fetchRuns.Load())
+	}
+}
+
+// emptySummaries answers steps from a script and summary requests with
+// nothing.
+type emptySummaries struct{ answer harness.Model }
+
+func (m emptySummaries) Stream(ctx context.Context, req harness.Request) (harness.Stream, error) {
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role == harness.ModelRoleUser && len(last.Content) > 0 && strings.HasPrefix(last.Content[0].Text, protocol.SummaryInstructions) {
+		sc, _ := script.Parse([]byte(`{"default":{}}`))
+		return script.New(sc).Stream(ctx, req)
+	}
+	return m.answer.Stream(ctx, req)
+}
+
+// R-COMPACT-08 R-COMPACT-06 R-COMPACT-31: an empty summary fails the
+// generation, its compaction part settles failed, and the previous context
+// stays in force.
+func TestEmptySummaryFailsTheGeneration(t *testing.T) {
+	sc, _ := script.Parse([]byte(`{"default":{"text":"` + longText + `"}}`))
+	f := newFixture(t, `{}`, func(a *AgentOptions) {
+		a.Harness.Compaction = protocol.CompactionOptions{ThresholdTokens: 60}
+		a.Models = func(string) (harness.Model, error) { return emptySummaries{answer: script.New(sc)}, nil }
+	})
+	for i := 0; i < 4; i++ {
+		f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), "tell me more"))
+		st := f.waitFor("s1", "turn settled", func(s *protocol.AIState) bool {
+			return (idle(s) && len(s.Messages) == 2*(i+1)) || s.Status == protocol.StatusFailed
+		})
+		if st.Status != protocol.StatusFailed {
+			continue
+		}
+		if st.Error == nil || !strings.Contains(st.Error.Message, "empty") {
+			t.Fatalf("error %+v", st.Error)
+		}
+		var statuses []string
+		for _, m := range st.Messages {
+			for _, p := range m.Parts {
+				if protocol.IsCompactionPart(p) {
+					var d protocol.CompactionData
+					_ = json.Unmarshal(p.Data, &d)
+					statuses = append(statuses, d.Status)
+				}
+			}
+		}
+		if len(statuses) != 1 || statuses[0] != protocol.CompactionStatusFailed {
+			t.Fatalf("compaction parts %v", statuses)
+		}
+		return
+	}
+	t.Fatal("the prompt never crossed the threshold")
+}
+
+const longText = "a long answer that makes the prompt cross a small threshold quickly, again and again"
