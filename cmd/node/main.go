@@ -8,7 +8,8 @@
 //
 // With no provider key in the environment the agent answers with the demo
 // model, offline. Flags (and their environment variables): --addr
-// (A2_ADDR), --data (A2_DATA), --admin-token (A2_ADMIN_TOKEN), --model
+// (A2_ADDR), --data (A2_DATA), --store (A2_STORE: a postgres:// URL for a
+// shared PostgreSQL store instead of Pebble in --data), --admin-token (A2_ADMIN_TOKEN), --model
 // (A2_MODEL), --script (A2_SCRIPT, test mode: the script model of
 // docs/testing.md and the gate route), --demo-delay (A2_DEMO_DELAY),
 // --catalog (A2_CATALOG).
@@ -24,6 +25,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -37,7 +39,9 @@ import (
 	"github.com/a2-runtime/a2/harness/catalog"
 	"github.com/a2-runtime/a2/harness/demo"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
+	pgstore "github.com/a2-runtime/a2/persistence/postgres"
 )
 
 // defaultAgent is the name of the agent a node serves.
@@ -99,6 +103,7 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 type config struct {
 	addr       string
 	data       string
+	store      string // a postgres:// URL; empty means Pebble in data
 	adminToken string
 	model      string
 	script     string
@@ -127,6 +132,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.addr, "addr", env("A2_ADDR", "127.0.0.1:8080"), "address of the HTTP API (A2_ADDR)")
 	fs.StringVar(&cfg.data, "data", env("A2_DATA", "./data"), "directory of the embedded Pebble store (A2_DATA)")
+	fs.StringVar(&cfg.store, "store", env("A2_STORE", ""), "postgres://... URL of a shared PostgreSQL store; empty: the embedded Pebble store in --data (A2_STORE)")
 	fs.StringVar(&cfg.adminToken, "admin-token", env("A2_ADMIN_TOKEN", ""), "bearer token of the admin route for trusted appends; empty disables it (A2_ADMIN_TOKEN)")
 	fs.StringVar(&cfg.model, "model", env("A2_MODEL", ""), `model ID of the agent; "demo" is the offline demo model (A2_MODEL; default: from the provider keys set)`)
 	fs.StringVar(&cfg.script, "script", env("A2_SCRIPT", ""), "test mode: serve the script model of this JSON file and POST /v1/test/gates/{name} (A2_SCRIPT)")
@@ -167,9 +173,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	}
 	p := selectProviders(getenv, cfg.model, sc, cfg.demoDelay)
 
-	store, err := pebblestore.Open(cfg.data, pebblestore.Options{FS: cfg.fs, Logger: pebbleLogger{logger}})
+	store, where, err := openStore(ctx, cfg, logger)
 	if err != nil {
-		return fmt.Errorf("cannot open the store in %s: %w", cfg.data, err)
+		return fmt.Errorf("cannot open the store in %s: %w", where, err)
 	}
 	defer func() {
 		if cerr := store.Close(); cerr != nil && err == nil {
@@ -235,6 +241,13 @@ func printBanner(out io.Writer, base string, cfg config, p providers) {
 	if cfg.adminToken != "" {
 		admin = "enabled at /v1/admin/..."
 	}
+	where := cfg.data
+	if cfg.store != "" {
+		where = "PostgreSQL store"
+		if u, err := url.Parse(cfg.store); err == nil {
+			where = u.Redacted()
+		}
+	}
 	id := "msg-" + rand.Text()[:10]
 	sessions := base + "/v1/agents/" + defaultAgent + "/sessions/hello"
 	fmt.Fprintf(out, `A2 node serving %s
@@ -252,7 +265,30 @@ Or with curl: send a message, then watch the answer stream in
   curl -N %s/stream
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
-`, base, defaultAgent, p.model, p.name, cfg.data, admin, base, sessions, id, id, sessions)
+`, base, defaultAgent, p.model, p.name, where, admin, base, sessions, id, id, sessions)
+}
+
+// openStore opens the store cfg names: PostgreSQL when cfg.store is a
+// postgres:// (or postgresql://) URL, else Pebble in cfg.data. where
+// describes it for messages, without the URL's password.
+func openStore(ctx context.Context, cfg config, logger *slog.Logger) (store persistence.Store, where string, err error) {
+	if cfg.store == "" {
+		s, err := pebblestore.Open(cfg.data, pebblestore.Options{FS: cfg.fs, Logger: pebbleLogger{logger}})
+		if err != nil {
+			return nil, cfg.data, err
+		}
+		return s, cfg.data, nil
+	}
+	u, err := url.Parse(cfg.store)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return nil, "--store", fmt.Errorf("--store (A2_STORE) must be a postgres:// URL")
+	}
+	where = u.Redacted()
+	s, err := pgstore.Open(ctx, cfg.store, pgstore.Options{})
+	if err != nil {
+		return nil, where, err
+	}
+	return s, where, nil
 }
 
 // pebbleLogger routes Pebble's log lines to the node's logger: errors as
