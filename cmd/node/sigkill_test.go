@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/a2-runtime/a2/client"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// freePort returns a loopback port nobody listens on right now.
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// nodeProcess runs the node binary as its own process.
+type nodeProcess struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func startNodeProcess(t *testing.T, bin, store, scriptFile string) *nodeProcess {
+	addr := freePort(t)
+	cmd := exec.Command(bin, "--addr", addr, "--store", store, "--script", scriptFile)
+	cmd.Env = append(os.Environ(), "A2_ADMIN_TOKEN=")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &nodeProcess{cmd: cmd, url: "http://" + addr}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(p.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node did not serve within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A node on the PostgreSQL store serves a conversation, is killed with
+// SIGKILL in the middle of a streaming turn, and a new node process on the
+// same database resumes the turn to completion (issue "A shared store for
+// clusters"). It needs a PostgreSQL server: .ci/run starts one.
+func TestNodeSurvivesSIGKILLWithPostgres(t *testing.T) {
+	base := os.Getenv("A2_TEST_POSTGRES_URL")
+	if base == "" {
+		t.Skip("set A2_TEST_POSTGRES_URL=postgres://... to run the PostgreSQL tests; .ci/run starts a throwaway server")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A database of its own.
+	db := fmt.Sprintf("a2_sigkill_%d", time.Now().UnixNano())
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+		admin.Close(context.Background())
+	}()
+	cfg, err := pgx.ParseConfig(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := strings.Replace(base, "/"+cfg.Database, "/"+db, 1)
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "node")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		t.Fatal(err)
+	}
+	scriptFile := filepath.Join(dir, "script.json")
+	// The answer streams its first word, then holds at a gate.
+	if err := os.WriteFile(scriptFile, []byte(`{"default":{"text":"the answer survives the crash of its node","gate":"hold"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	first := startNodeProcess(t, bin, store, scriptFile)
+	c1, _ := client.New(first.url, "assistant", client.Options{})
+	if _, err := c1.Push(ctx, "s1", protocol.Inputs.Text("m1", "hello")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		s, _, err := c1.State(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.AI.Status == protocol.StatusStreaming && len(s.AI.Messages) == 2 && lastTextOf(s.AI) != "" {
+			break // mid-stream: the first word is durable, the rest held
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	_ = first.cmd.Wait()
+
+	second := startNodeProcess(t, bin, store, scriptFile)
+	if resp, err := http.Post(second.url+"/v1/test/gates/hold", "application/json", nil); err != nil || resp.StatusCode >= 300 {
+		t.Fatalf("release the gate: %v %v", resp, err)
+	}
+	c2, _ := client.New(second.url, "assistant", client.Options{})
+	for {
+		s, _, err := c2.State(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.AI.Active == nil && len(s.AI.Messages) == 2 {
+			if got := lastTextOf(s.AI); got != "the answer survives the crash of its node" {
+				b, _ := json.Marshal(s.AI.Messages)
+				t.Fatalf("answer %q: %s", got, b)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the turn did not complete on the second node: %s", s.AI.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func lastTextOf(s *protocol.AIState) string {
+	var b strings.Builder
+	for _, p := range s.Messages[len(s.Messages)-1].Parts {
+		if p.Type == protocol.PartText {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
