@@ -131,6 +131,8 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.onLane(m)
 	case *toolEnd:
 		s.onToolEnd(m)
+	case *toolPreliminary:
+		s.onToolPreliminary(m)
 	case *metadataDone:
 		s.onMetadataDone(m)
 	case *flushTick:

@@ -23,8 +23,17 @@ type toolRun struct {
 	input     json.RawMessage
 	event     protocol.Event
 	executing bool
+	seq       int // preliminary outputs sent
 	pid       *actor.PID
 	cancel    func(error)
+}
+
+// toolPreliminary is a preliminary output a running attempt streams.
+type toolPreliminary struct {
+	call    string
+	version int
+	attempt int
+	output  json.RawMessage
 }
 
 type toolEnd struct {
@@ -80,7 +89,7 @@ func (s *sessionActor) reconcileTools(work []protocol.Work) {
 			wanted[w.ToolCallID] = true
 			r := s.toolRuns[w.ToolCallID]
 			if r != nil && r.version == w.Version {
-				if !r.executing && w.Attempt == r.attempt {
+				if !r.executing && w.Attempt == r.attempt && s.claimed(w.ToolCallID, r) {
 					s.execute(r) // the claim is durable
 				}
 				continue
@@ -115,6 +124,13 @@ func (s *sessionActor) reconcileTools(work []protocol.Work) {
 			s.cancelRun(r, ErrStopped)
 		}
 	}
+}
+
+// claimed reports whether the run's claim is durable: the call is running
+// under the run's version and attempt.
+func (s *sessionActor) claimed(call string, r *toolRun) bool {
+	t, ok := s.state.AI.Tools[call]
+	return ok && t.Status == protocol.ToolStatusRunning && t.ClaimedVersion == r.version && t.Attempt == r.attempt
 }
 
 func (s *sessionActor) cancelRun(r *toolRun, cause error) {
@@ -162,6 +178,9 @@ func (s *sessionActor) execute(r *toolRun) {
 		}}
 	_ = json.Unmarshal(r.event.Payload, &hc.Call)
 	run := func(ctx context.Context, send func(any)) {
+		hc.Preliminary = func(out json.RawMessage) {
+			send(&toolPreliminary{call: r.call, version: r.version, attempt: r.attempt, output: append(json.RawMessage(nil), out...)})
+		}
 		end := &toolEnd{call: r.call, version: r.version, attempt: r.attempt, started: true}
 		out, err := t.Execute(tools.WithContext(ctx, hc), r.input)
 		end.output, end.err = out, err
@@ -169,6 +188,21 @@ func (s *sessionActor) execute(r *toolRun) {
 		send(end)
 	}
 	r.pid = s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &toolActor{parent: s.self, run: run} }))
+}
+
+// onToolPreliminary appends a running attempt's preliminary output at once
+// (R-PROGRESS-07); outputs of an attempt that is no longer current are
+// dropped (the fold would fence them anyway).
+func (s *sessionActor) onToolPreliminary(m *toolPreliminary) {
+	r := s.toolRuns[m.call]
+	if r == nil || r.attempt != m.attempt || r.version != m.version {
+		return
+	}
+	r.seq++
+	s.queueWork(protocol.Event{ID: protocol.DeriveID("preliminary", s.id, m.call, strconv.Itoa(m.version), strconv.Itoa(m.attempt), strconv.Itoa(r.seq)),
+		Type: protocol.TypeToolOutputPreliminary, Cause: r.event.ID,
+		Payload: mustJSON(protocol.ToolOutputPreliminary{ToolCallID: m.call, GenerationID: r.gen, Version: m.version, Attempt: m.attempt, Seq: r.seq, Output: m.output})})
+	s.tryFlush()
 }
 
 // onToolEnd records a tool attempt's outcome. A "report" tool cut short

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -169,3 +170,70 @@ func TestEmptySummaryFailsTheGeneration(t *testing.T) {
 }
 
 const longText = "a long answer that makes the prompt cross a small threshold quickly, again and again"
+
+// R-TOOL-07 R-PROGRESS-07 R-TOOL-25 R-PAUSE-08: a running tool's
+// preliminary outputs are appended at once and shown on its part; a rerun
+// attempt (after Pause now and Resume) gets a fresh handler context and
+// streams different preliminary output under the same toolCallId.
+func TestPreliminaryOutputsAndRerunAttempts(t *testing.T) {
+	var attempts []int
+	var mu sync.Mutex
+	slow := tools.Tool{Name: "build", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		hc, err := tools.FromContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		attempts = append(attempts, hc.Attempt)
+		mu.Unlock()
+		hc.Preliminary(json.RawMessage(fmt.Sprintf(`{"attempt":%d,"progress":0.5}`, hc.Attempt)))
+		if hc.Attempt == 1 {
+			<-ctx.Done() // cut short by Pause now
+			return nil, ctx.Err()
+		}
+		return json.RawMessage(`{"built":true}`), nil
+	}}
+	f := newFixture(t, `{"replies":[{"toolCalls":[{"id":"b1","name":"build","input":{}}],"then":{"text":"built"}}]}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{slow} })
+	f.push("s1", protocol.Inputs.Text("m1", "build it"))
+	st := f.waitFor("s1", "preliminary output shown", func(s *protocol.AIState) bool {
+		for _, m := range s.Messages {
+			for _, p := range m.Parts {
+				if p.ToolCallID == "b1" && p.Preliminary != nil && *p.Preliminary {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	_ = st
+	f.push("s1", withID(protocol.Inputs.Pause(protocol.PauseNow), "p1"))
+	f.waitFor("s1", "paused", func(s *protocol.AIState) bool { return s.Active != nil && s.Active.Phase == protocol.PhasePaused })
+	f.push("s1", withID(protocol.Inputs.Resume(), "r1"))
+	st = f.waitFor("s1", "built", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "built" })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 2 || attempts[0] != 1 || attempts[1] != 2 {
+		t.Fatalf("attempts %v, want a fresh context per attempt: [1 2]", attempts)
+	}
+	evs, _ := f.store.Read(context.Background(), "s1", 0, 1000)
+	var prelims []string
+	for _, ev := range evs {
+		if ev.Type == protocol.TypeToolOutputPreliminary {
+			var p protocol.ToolOutputPreliminary
+			_ = json.Unmarshal(ev.Payload, &p)
+			if p.ToolCallID != "b1" {
+				t.Fatalf("preliminary for %q", p.ToolCallID)
+			}
+			prelims = append(prelims, string(p.Output))
+		}
+	}
+	if len(prelims) != 2 || prelims[0] == prelims[1] {
+		t.Fatalf("preliminary outputs %v: each attempt streams its own under the same call", prelims)
+	}
+	for _, p := range st.Messages[1].Parts {
+		if p.ToolCallID == "b1" && (p.State != protocol.ToolOutputAvailable || string(p.Output) != `{"built":true}` || (p.Preliminary != nil && *p.Preliminary)) {
+			t.Fatalf("final part %+v", p)
+		}
+	}
+}

@@ -38,7 +38,8 @@ type Work struct {
 	// the current attempt's ID when one started (else empty).
 	GenerationID string `json:"generationId,omitempty"`
 	// Attempt is the latest attempt recorded (0 when none started); the next
-	// attempt is Attempt+1.
+	// attempt is Attempt+1. For a tool, a claim of the current version has
+	// Attempt equal to it (status running).
 	Attempt int    `json:"attempt,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 
@@ -135,13 +136,12 @@ func (s *AIState) pendingTools(p WorkPolicy) []Work {
 		if !ok || t.ProviderExecuted || (t.Status != ToolStatusRequested && t.Status != ToolStatusRunning) || t.Version != a.Version {
 			continue
 		}
+		// Attempt is the latest claim's, in any version: attempts count the
+		// executions of a call, so a rerun after Resume is attempt 2.
 		w := Work{Kind: WorkTool, ToolCallID: part.ToolCallID, ToolName: t.ToolName, Input: part.Input,
-			GenerationID: t.GenerationID, Version: t.Version, TurnID: a.TurnID}
-		if t.Status == ToolStatusRunning {
-			w.Attempt = t.Attempt
-			if p.ReportTools[t.ToolName] {
-				w.Kind = WorkReportInterrupted
-			}
+			GenerationID: t.GenerationID, Version: t.Version, TurnID: a.TurnID, Attempt: t.Attempt}
+		if t.Status == ToolStatusRunning && p.ReportTools[t.ToolName] {
+			w.Kind = WorkReportInterrupted
 		}
 		out = append(out, w)
 		if p.ToolLane != "" {

@@ -154,6 +154,10 @@ type Context struct {
 	Session string
 	// Append appends trusted events to the session (server append).
 	Append func(ctx context.Context, events ...protocol.Event) ([]protocol.Event, error)
+	// Preliminary streams a non-final output of this attempt: it is
+	// appended at once as ai.tool.output.preliminary and shown on the tool
+	// part until the final result (R-TOOL-07). Nil outside the runtime.
+	Preliminary func(output json.RawMessage)
 }
 
 type ctxKey struct{}
