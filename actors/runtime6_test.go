@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -423,5 +424,59 @@ func TestStoreFailureRetriesDurably(t *testing.T) {
 		if st.Error != nil {
 			t.Fatalf("fail at %d: a store failure became a turn failure: %+v", failAt, st.Error)
 		}
+	}
+}
+
+// R-COMPACT-01 R-META-08 R-COMPACT-18 R-COMPACT-23: with compaction
+// omitted, a Gateway model compacts automatically once its limits are
+// known: the catalog's context window sets the default threshold (75%),
+// and no compaction happens before the lookup lands.
+func TestAutomaticCompactionFromTheCatalog(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"openai/small","type":"language","context_window":800,"max_tokens":100}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	sc, _ := script.Parse([]byte(`{"default":{"text":"` + strings.Repeat("a fairly long answer that fills a small window. ", 4) + `"}}`))
+	m := &summarizingModel{answer: script.New(sc)}
+	f := newFixture(t, `{}`, func(a *AgentOptions) {
+		a.Model = harness.ModelID("openai/small")
+		a.Models = func(string) (harness.Model, error) { return m, nil }
+	})
+	f.rt.opts.Catalog = CatalogCache{Source: srv.URL, Cache: &catalog.Cache{}}
+	compacted := func(s *protocol.AIState) bool {
+		return s.Compaction != nil && s.Compaction.Status == protocol.CompactionStatusCompleted
+	}
+	var st *protocol.AIState
+	for i := 0; i < 12; i++ {
+		f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), "go on"))
+		st = f.waitFor("s1", "turn done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
+		if i == 0 && compacted(st) {
+			t.Fatal("compacted before the catalog lookup landed")
+		}
+		if compacted(st) {
+			break
+		}
+	}
+	if !compacted(st) {
+		t.Fatalf("no automatic compaction; metadata %+v", st.ModelMetadata)
+	}
+	if md := st.ModelMetadata["openai/small"]; md.Status != protocol.MetadataResolved || md.ContextWindow != 800 {
+		t.Fatalf("metadata %+v", md)
+	}
+	var threshold int64
+	for _, msg := range st.Messages {
+		for _, p := range msg.Parts {
+			if protocol.IsCompactionPart(p) {
+				var d protocol.CompactionData
+				_ = json.Unmarshal(p.Data, &d)
+				if d.ThresholdTokens != nil {
+					threshold = *d.ThresholdTokens
+				}
+			}
+		}
+	}
+	if threshold != 600 {
+		t.Fatalf("threshold %d, want 75%% of 800", threshold)
 	}
 }
