@@ -113,7 +113,7 @@ func BenchmarkProgressBatching(b *testing.B) {
 		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
 			dir := b.TempDir()
 			fsync := medianFsync(b, dir)
-			st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{})
+			st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{Logger: quietPebble{}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -199,7 +199,7 @@ func BenchmarkProgressBatching(b *testing.B) {
 // from send to completion.
 func BenchmarkSimpleTurn(b *testing.B) {
 	dir := b.TempDir()
-	st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{})
+	st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{Logger: quietPebble{}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -77,7 +77,7 @@ var secondAnswer = "the second answer also streams in pieces"
 func crashOnce(seed uint64) error {
 	r := rand.New(rand.NewPCG(seed, 7))
 	fs := vfs.NewCrashableMem()
-	st, err := pebblestore.Open("data", pebblestore.Options{FS: fs})
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: fs, Logger: quietPebble{}})
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func crashOnce(seed uint64) error {
 	_ = st.Close()
 
 	// Recovery on what was synced.
-	st2, err := pebblestore.Open("data", pebblestore.Options{FS: cs.clone})
+	st2, err := pebblestore.Open("data", pebblestore.Options{FS: cs.clone, Logger: quietPebble{}})
 	if err != nil {
 		return fmt.Errorf("reopen: %w", err)
 	}

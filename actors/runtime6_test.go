@@ -241,7 +241,7 @@ func toolCrashOnce(seed uint64, runs *sync.Map, reported *int) error {
 		return a
 	}
 	fs := vfs.NewCrashableMem()
-	st, err := pebblestore.Open("data", pebblestore.Options{FS: fs})
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: fs, Logger: quietPebble{}})
 	if err != nil {
 		return err
 	}
@@ -261,7 +261,7 @@ func toolCrashOnce(seed uint64, runs *sync.Map, reported *int) error {
 	}
 	rt.Close()
 	_ = st.Close()
-	st2, err := pebblestore.Open("data", pebblestore.Options{FS: cs.clone})
+	st2, err := pebblestore.Open("data", pebblestore.Options{FS: cs.clone, Logger: quietPebble{}})
 	if err != nil {
 		return err
 	}

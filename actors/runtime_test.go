@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,7 +62,7 @@ func newFixture(t *testing.T, s string, mod func(*AgentOptions)) *fixture {
 }
 
 func (f *fixture) open(mod func(*AgentOptions)) {
-	st, err := pebblestore.Open("data", pebblestore.Options{FS: f.fs})
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: f.fs, Logger: quietPebble{}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -176,4 +177,18 @@ func TestSimpleTurn(t *testing.T) {
 	if n := len(f.model.Calls()); n != turns {
 		t.Fatalf("%d model calls for %d turns", n, turns)
 	}
+}
+
+// quietPebble keeps Pebble's informational lines ("Found 0 WALs", compaction
+// notes) out of the test output; errors still reach stderr.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any) {}
+
+func (quietPebble) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "pebble: "+format+"\n", args...)
+}
+
+func (quietPebble) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
 }
