@@ -264,6 +264,12 @@ func (s *AIState) applyCommand(id string, c *Command) {
 		s.applyApproval(c)
 	case ActionInput:
 		delete(s.PendingInputs, c.InputID)
+		// A final step (no tool calls) that closed while the input was
+		// pending held the turn open for the answer; the last answer ends it.
+		if g := s.ActiveGeneration; s.Active != nil && g != nil && g.State == GenCompleted &&
+			g.GenerationID == s.Active.LastStep && !s.stepHasToolCalls(g.GenerationID) && !s.inputsPendingFor(g.GenerationID) {
+			s.endTurn()
+		}
 	case ActionRequestInput:
 		s.PendingInputs[c.InputID] = PendingInput{Request: c.Request, RequestID: c.RequestID, GenerationID: c.GenerationID}
 	case ActionToolResult:
@@ -682,9 +688,23 @@ func (s *AIState) foldCompleted(p GenerationCompleted) {
 		s.ActiveProjection.Open = nil
 		s.ActiveProjection.text = nil
 	}
-	if !s.stepHasToolCalls(g.GenerationID) {
+	// A final step ends the turn, unless trusted code asked the user for
+	// input during it: then the turn waits for the answer (awaiting-input).
+	// Inputs asked during an earlier, failed step close with the turn.
+	if !s.stepHasToolCalls(g.GenerationID) && !s.inputsPendingFor(g.GenerationID) {
 		s.endTurn()
 	}
+}
+
+// inputsPendingFor reports whether an application input asked during
+// generation is still unanswered.
+func (s *AIState) inputsPendingFor(generationID string) bool {
+	for _, pi := range s.PendingInputs {
+		if pi.GenerationID == generationID {
+			return true
+		}
+	}
+	return false
 }
 
 // stepHasToolCalls reports whether generation made tool calls: such a step
