@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/protocol"
@@ -30,6 +31,12 @@ type HarnessOptions struct {
 	GenerationFunc func(context.Context, harness.ResolverContext) (harness.GenerationSettings, error)
 	// Compaction configures automatic compaction.
 	Compaction protocol.CompactionOptions
+	// StepTimeout bounds one model step (the summary request of a
+	// compaction included); 0 is no limit. A step that runs out fails its
+	// generation with a timeout error, like any model failure. Tool
+	// executions are not bounded by it (R-TOOL-09): a tool runs until it
+	// returns or its call is cancelled.
+	StepTimeout time.Duration
 }
 
 // Handler handles an application event at least once; event.ID is its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -376,8 +377,20 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	// estimate crosses the threshold and nothing defers it, one summary
 	// request to the same model; the step then sees the summary and what
 	// follows it.
-	if summary, ok, err := compact(ctx, in, model, req, settings.Model, bytes, send); err != nil {
-		end(&laneEnd{gen: in.gen, failure: err.Error()})
+	stepCtx := ctx
+	if d := a.Harness.StepTimeout; d > 0 {
+		var cancel context.CancelFunc
+		stepCtx, cancel = context.WithTimeoutCause(ctx, d, fmt.Errorf("the model step timed out after %s", d))
+		defer cancel()
+	}
+	timedOut := func(err error) error {
+		if stepCtx.Err() != nil && ctx.Err() == nil {
+			return context.Cause(stepCtx)
+		}
+		return err
+	}
+	if summary, ok, err := compact(stepCtx, in, model, req, settings.Model, bytes, send); err != nil {
+		end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 		return
 	} else if ok {
 		part := protocol.Part{Type: protocol.PartCompaction, ID: in.gen,
@@ -390,9 +403,9 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 			return
 		}
 	}
-	stream, err := model.Stream(ctx, req)
+	stream, err := model.Stream(stepCtx, req)
 	if err != nil {
-		end(&laneEnd{gen: in.gen, failure: err.Error()})
+		end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 		return
 	}
 	defer stream.Close()
@@ -403,7 +416,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 			break
 		}
 		if err != nil {
-			end(&laneEnd{gen: in.gen, failure: err.Error()})
+			end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 			return
 		}
 		if u := harness.TakeUsage(&c); u != nil {
@@ -412,7 +425,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		if c.Type == protocol.ChunkFinish {
 			result.finishReason = c.FinishReason
 		}
-		for _, out := range checkToolCall(in, c) {
+		for _, out := range checkToolCall(in, gs, c) {
 			send(&laneChunk{gen: in.gen, chunk: out})
 		}
 	}
@@ -422,8 +435,8 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 // checkToolCall validates a local tool call's input against the tool's
 // schema, turning a rejected input into an error result the model sees
 // (the tool does not run), and asks for approval when the tool's predicate
-// says so (R-APPROVAL-09: it is evaluated once for the durable call).
-func checkToolCall(in laneInput, c protocol.UIMessageChunk) []protocol.UIMessageChunk {
+// or the generation's ToolApproval policy says so (R-APPROVAL-09: it is evaluated once for the durable call).
+func checkToolCall(in laneInput, gs harness.GenerationSettings, c protocol.UIMessageChunk) []protocol.UIMessageChunk {
 	if c.Type != protocol.ChunkToolInputAvailable || (c.ProviderExec != nil && *c.ProviderExec) {
 		return []protocol.UIMessageChunk{c}
 	}
@@ -437,7 +450,7 @@ func checkToolCall(in laneInput, c protocol.UIMessageChunk) []protocol.UIMessage
 			Input: c.Input, ErrorText: err.Error()}}
 	}
 	out := []protocol.UIMessageChunk{c}
-	if t.NeedsApproval != nil && t.NeedsApproval(c.Input) {
+	if (t.NeedsApproval != nil && t.NeedsApproval(c.Input)) || (gs.ToolApproval != nil && gs.ToolApproval(c.ToolName, c.Input)) {
 		out = append(out, protocol.UIMessageChunk{Type: protocol.ChunkToolApproval, ToolCallID: c.ToolCallID,
 			ApprovalID: protocol.DeriveID("approval", in.gen, c.ToolCallID)})
 	}

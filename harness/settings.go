@@ -168,6 +168,14 @@ type GenerationSettings struct {
 	// Extra holds every other setting, passed through untouched (toolsContext
 	// among them).
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
+	// ToolApproval is the generation's tool approval policy (R-APPROVAL-10):
+	// when it returns true for a local call, the call waits for the user's
+	// approval as if the tool's own NeedsApproval had asked. A Generation
+	// resolver returns it per step, so a resolver governs approvals too. It
+	// is evaluated once per durable call and again on recovery, so it must
+	// be deterministic over its arguments (R-APPROVAL-09). It is never sent
+	// to a provider.
+	ToolApproval func(toolName string, input json.RawMessage) bool `json:"-"`
 }
 
 // excludedSettings are the settings harness.generation never takes

@@ -109,7 +109,9 @@ type config struct {
 	script     string
 	catalog    string
 	demoDelay  time.Duration
-	getenv     func(string) string
+	// stepTimeout bounds one model step (HarnessOptions.StepTimeout).
+	stepTimeout time.Duration
+	getenv      func(string) string
 	// fs is Pebble's filesystem; nil is the operating system's (tests use
 	// vfs.NewMem()).
 	fs     vfs.FS
@@ -117,6 +119,11 @@ type config struct {
 	// heartbeat overrides the stream heartbeat interval (tests).
 	heartbeat time.Duration
 }
+
+// defaultStepTimeout bounds a model step when the operator sets nothing: a
+// provider stream that stops sending without closing must not hold a turn
+// forever.
+const defaultStepTimeout = 10 * time.Minute
 
 // parseServeFlags reads the flags of serve; each defaults to its
 // environment variable, then to the built-in default.
@@ -142,11 +149,19 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 		return cfg, fmt.Errorf("A2_DEMO_DELAY: %w", err)
 	}
 	fs.DurationVar(&cfg.demoDelay, "demo-delay", delay, "pause of the demo model before each word (A2_DEMO_DELAY)")
+	stepTimeout, err := time.ParseDuration(env("A2_STEP_TIMEOUT", defaultStepTimeout.String()))
+	if err != nil {
+		return cfg, fmt.Errorf("A2_STEP_TIMEOUT: %w", err)
+	}
+	fs.DurationVar(&cfg.stepTimeout, "step-timeout", stepTimeout, "longest a model step may run before its generation fails; 0 is no limit (A2_STEP_TIMEOUT)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.stepTimeout < 0 {
+		return cfg, fmt.Errorf("--step-timeout must not be negative, not %s", cfg.stepTimeout)
 	}
 	return cfg, nil
 }
@@ -188,6 +203,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		Models:       p.providerFor,
 		Instructions: harness.Instructions(instructions),
 		Tools:        demo.Tools(),
+		Harness:      actors.HarnessOptions{StepTimeout: cfg.stepTimeout},
 	})
 	if err != nil {
 		return err

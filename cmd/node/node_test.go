@@ -231,25 +231,45 @@ func TestNodeScriptMode(t *testing.T) {
 }
 
 func TestServeFlagsAndEnvironment(t *testing.T) {
-	env := map[string]string{"A2_ADDR": "127.0.0.1:9999", "A2_DATA": "/tmp/a2", "A2_ADMIN_TOKEN": "tok", "A2_MODEL": "demo", "A2_DEMO_DELAY": "5ms", "A2_CATALOG": "off"}
+	env := map[string]string{"A2_ADDR": "127.0.0.1:9999", "A2_DATA": "/tmp/a2", "A2_ADMIN_TOKEN": "tok", "A2_MODEL": "demo", "A2_DEMO_DELAY": "5ms", "A2_CATALOG": "off", "A2_STEP_TIMEOUT": "90s"}
 	getenv := func(k string) string { return env[k] }
 	cfg, err := parseServeFlags(nil, getenv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.addr != "127.0.0.1:9999" || cfg.data != "/tmp/a2" || cfg.adminToken != "tok" || cfg.model != "demo" || cfg.demoDelay != 5*time.Millisecond || cfg.catalog != "off" {
+	if cfg.addr != "127.0.0.1:9999" || cfg.data != "/tmp/a2" || cfg.adminToken != "tok" || cfg.model != "demo" || cfg.demoDelay != 5*time.Millisecond || cfg.catalog != "off" || cfg.stepTimeout != 90*time.Second {
 		t.Fatalf("from the environment: %+v", cfg)
 	}
-	cfg, err = parseServeFlags([]string{"--addr", ":1", "--data", "d", "--admin-token", "x", "--model", "m", "--script", "s.json", "--demo-delay", "0"}, getenv, io.Discard)
+	cfg, err = parseServeFlags([]string{"--addr", ":1", "--data", "d", "--admin-token", "x", "--model", "m", "--script", "s.json", "--demo-delay", "0", "--step-timeout", "0"}, getenv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.addr != ":1" || cfg.data != "d" || cfg.adminToken != "x" || cfg.model != "m" || cfg.script != "s.json" || cfg.demoDelay != 0 {
+	if cfg.addr != ":1" || cfg.data != "d" || cfg.adminToken != "x" || cfg.model != "m" || cfg.script != "s.json" || cfg.demoDelay != 0 || cfg.stepTimeout != 0 {
 		t.Fatalf("flags over the environment: %+v", cfg)
 	}
 	cfg, err = parseServeFlags(nil, func(string) string { return "" }, io.Discard)
-	if err != nil || cfg.addr != "127.0.0.1:8080" || cfg.data != "./data" || cfg.adminToken != "" || cfg.catalog != catalog.DefaultURL {
+	if err != nil || cfg.addr != "127.0.0.1:8080" || cfg.data != "./data" || cfg.adminToken != "" || cfg.catalog != catalog.DefaultURL || cfg.stepTimeout != defaultStepTimeout {
 		t.Fatalf("defaults: %+v, %v", cfg, err)
+	}
+	// Bad step timeouts are refused with the option's name.
+	for _, bad := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"--step-timeout", "-1s"}, "", "--step-timeout"},
+		{[]string{"--step-timeout", "soon"}, "", "step-timeout"},
+		{nil, "forever", "A2_STEP_TIMEOUT"},
+	} {
+		_, err := parseServeFlags(bad.args, func(k string) string {
+			if k == "A2_STEP_TIMEOUT" {
+				return bad.env
+			}
+			return ""
+		}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Fatalf("step timeout %v %q: %v, want an error naming %s", bad.args, bad.env, err, bad.want)
+		}
 	}
 	if _, err := parseServeFlags([]string{"extra"}, getenv, io.Discard); err == nil {
 		t.Fatal("a stray argument was accepted")
