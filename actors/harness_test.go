@@ -1,0 +1,240 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// R-TOOL-09: a model step that outlives HarnessOptions.StepTimeout fails
+// its generation with a timeout error; a tool call that runs longer than
+// the step timeout is not cut short by it and its result reaches the model.
+func TestStepTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	var ran atomic.Int64
+	slow := tools.Tool{Name: "slow", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		select {
+		case <-time.After(3 * timeout):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		ran.Add(1)
+		return json.RawMessage(`"slept"`), nil
+	}}
+	f := newFixture(t, `{"replies":[
+		{"match":"hang","text":"thinking about it","gate":"never"},
+		{"match":"nap","toolCalls":[{"name":"slow","input":{}}],"then":{"text":"rested"}}]}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{slow}; a.Harness.StepTimeout = timeout })
+
+	f.push("s1", protocol.Inputs.Text("m1", "hang on"))
+	st := f.waitFor("s1", "the step to time out", func(s *protocol.AIState) bool { return s.Status == protocol.StatusFailed })
+	if st.Error == nil || !strings.Contains(st.Error.Message, "timed out after 300ms") {
+		t.Fatalf("a hung step failed with %+v, want a timeout error", st.Error)
+	}
+
+	f.push("s2", protocol.Inputs.Text("m2", "take a nap"))
+	st = f.waitFor("s2", "the tool's turn", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "rested" })
+	if ran.Load() != 1 {
+		t.Fatalf("the slow tool completed %d times, want 1", ran.Load())
+	}
+	var output string
+	for _, p := range st.Messages[len(st.Messages)-1].Parts {
+		if p.ToolCallID != "" {
+			output = string(p.Output)
+		}
+	}
+	if output != `"slept"` {
+		t.Fatalf("the slow tool's part has output %q, want its result", output)
+	}
+}
+
+// R-APPROVAL-10: the generation's ToolApproval policy asks for approval
+// like a tool's own predicate, and a Generation resolver governs it per
+// step: here it asks only for production deploys.
+func TestGenerationToolApproval(t *testing.T) {
+	var deploys atomic.Int64
+	var resolved atomic.Int64
+	deploy := tools.Tool{Name: "deploy", Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		deploys.Add(1)
+		return json.RawMessage(`"ok"`), nil
+	}}
+	f := newFixture(t, `{"replies":[
+		{"match":"staging","toolCalls":[{"name":"deploy","input":{"env":"staging"}}],"then":{"text":"staged"}},
+		{"match":"prod","toolCalls":[{"name":"deploy","input":{"env":"prod"}}],"then":{"text":"released"}}]}`,
+		func(a *AgentOptions) {
+			a.Tools = []tools.Tool{deploy}
+			a.Harness.GenerationFunc = func(context.Context, harness.ResolverContext) (harness.GenerationSettings, error) {
+				resolved.Add(1)
+				return harness.GenerationSettings{ToolApproval: func(name string, input json.RawMessage) bool {
+					var in struct{ Env string }
+					_ = json.Unmarshal(input, &in)
+					return name == "deploy" && in.Env == "prod"
+				}}, nil
+			}
+		})
+	f.push("s1", protocol.Inputs.Text("m1", "deploy to staging"))
+	st := f.waitFor("s1", "staged", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "staged" })
+	if deploys.Load() != 1 || len(st.PendingApprovals) != 0 {
+		t.Fatalf("staging: %d deploys, %d pending approvals", deploys.Load(), len(st.PendingApprovals))
+	}
+	f.push("s1", protocol.Inputs.Text("m2", "deploy to prod"))
+	st = f.waitFor("s1", "the approval request", func(s *protocol.AIState) bool { return len(s.PendingApprovals) == 1 })
+	if deploys.Load() != 1 {
+		t.Fatal("the production deploy ran before approval")
+	}
+	var approvalID string
+	for id := range st.PendingApprovals {
+		approvalID = id
+	}
+	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "a1" }}.Approve(approvalID)...)
+	f.waitFor("s1", "released", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "released" })
+	if deploys.Load() != 2 {
+		t.Fatalf("after approval: %d deploys, want 2", deploys.Load())
+	}
+	if resolved.Load() < 4 {
+		t.Fatalf("the generation resolver ran %d times for four steps", resolved.Load())
+	}
+}
+
+// toolAwareModel is an application's own model (the Go form of a custom
+// generate): it calls the weather tool once, then answers from its result.
+type toolAwareModel struct {
+	mu   sync.Mutex
+	reqs []harness.Request
+}
+
+func (m *toolAwareModel) Stream(_ context.Context, req harness.Request) (harness.Stream, error) {
+	m.mu.Lock()
+	m.reqs = append(m.reqs, req)
+	m.mu.Unlock()
+	var result *harness.ToolOutput
+	for _, msg := range req.Messages {
+		for _, c := range msg.Content {
+			if c.Type == harness.ContentToolResult {
+				result = c.Output
+			}
+		}
+	}
+	cs := []protocol.UIMessageChunk{{Type: protocol.ChunkStart}, {Type: protocol.ChunkStartStep}}
+	finish := "tool-calls"
+	if result == nil {
+		in := json.RawMessage(`{"city":"Oslo"}`)
+		cs = append(cs, protocol.UIMessageChunk{Type: protocol.ChunkToolInputStart, ToolCallID: "w1", ToolName: "weather"},
+			protocol.UIMessageChunk{Type: protocol.ChunkToolInputAvailable, ToolCallID: "w1", ToolName: "weather", Input: in})
+	} else {
+		finish = "stop"
+		cs = append(cs, protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: "t"},
+			protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t", Delta: "Oslo: " + result.Text()},
+			protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: "t"})
+	}
+	cs = append(cs, protocol.UIMessageChunk{Type: protocol.ChunkFinishStep}, protocol.UIMessageChunk{Type: protocol.ChunkFinish, FinishReason: finish})
+	return &chunkStream{chunks: cs}, nil
+}
+
+type chunkStream struct{ chunks []protocol.UIMessageChunk }
+
+func (s *chunkStream) Next() (protocol.UIMessageChunk, error) {
+	if len(s.chunks) == 0 {
+		return protocol.UIMessageChunk{}, io.EOF
+	}
+	c := s.chunks[0]
+	s.chunks = s.chunks[1:]
+	return c, nil
+}
+
+func (s *chunkStream) Close() error { return nil }
+
+// R-TOOL-10 R-TOOL-26: a tool-aware custom model receives the tool
+// definitions exactly as the tool declares them (description and schema
+// untouched, no executable part) and never runs the tool itself: A2 runs
+// it once, durably, and the model continues from the result.
+func TestCustomModelToolDefinitions(t *testing.T) {
+	schema := `{"type":"object","properties":{"city":{"type":"string","description":"a city name"}},"required":["city"]}`
+	var runs atomic.Int64
+	weather := tools.Tool{Name: "weather", Description: "Current weather for a city.", InputSchema: json.RawMessage(schema),
+		Execute: func(_ context.Context, input json.RawMessage) (json.RawMessage, error) {
+			runs.Add(1)
+			if !strings.Contains(string(input), "Oslo") {
+				t.Errorf("the tool ran with input %s", input)
+			}
+			return json.RawMessage(`"sunny"`), nil
+		}}
+	m := &toolAwareModel{}
+	f := newFixture(t, `{}`, func(a *AgentOptions) {
+		a.Tools = []tools.Tool{weather}
+		a.Models = func(string) (harness.Model, error) { return m, nil }
+	})
+	f.push("s1", protocol.Inputs.Text("m1", "weather in Oslo?"))
+	f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "Oslo: sunny" })
+	if runs.Load() != 1 {
+		t.Fatalf("A2 ran the tool %d times, want 1", runs.Load())
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.reqs) != 2 {
+		t.Fatalf("the model saw %d requests, want 2", len(m.reqs))
+	}
+	for i, req := range m.reqs {
+		if len(req.Tools) != 1 {
+			t.Fatalf("request %d carries %d tool definitions", i, len(req.Tools))
+		}
+		d := req.Tools[0]
+		if d.Name != "weather" || d.Description != weather.Description || string(d.InputSchema) != schema {
+			t.Fatalf("request %d's tool definition was changed: %+v", i, d)
+		}
+	}
+}
+
+// R-APPROVAL-02 R-APPROVAL-04: trusted server code asks the user for
+// application input during a running turn; the turn waits in
+// awaiting-input after its step; an answer naming another generation
+// changes nothing, and the matching answer (built from the pending request,
+// as a client's respond does) releases the turn.
+func TestApplicationInput(t *testing.T) {
+	f := newFixture(t, `{"replies":[{"match":"plan","text":"which environment?","gate":"g1"}]}`, nil)
+	f.push("s1", protocol.Inputs.Text("m1", "plan a deploy"))
+	st := f.waitFor("s1", "streaming", func(s *protocol.AIState) bool { return s.Status == protocol.StatusStreaming })
+	req, gen := st.ActiveGeneration.RequestID, st.ActiveGeneration.GenerationID
+	ask := withID(protocol.Inputs.RequestInput(protocol.InputRequest{InputID: "env", Request: json.RawMessage(`{"question":"which environment?"}`),
+		RequestID: req, GenerationID: gen}), "ask1")
+	ctx := context.Background()
+	if _, err := f.rt.Push(ctx, "assistant", "s1", []protocol.Event{ask}, true); err != nil {
+		t.Fatalf("trusted request-input: %v", err)
+	}
+	f.model.Release("g1")
+	st = f.waitFor("s1", "awaiting input", func(s *protocol.AIState) bool { return s.Status == protocol.StatusAwaitingInput })
+	pi, ok := st.PendingInputs["env"]
+	if !ok || string(pi.Request) != `{"question":"which environment?"}` || pi.RequestID != req || pi.GenerationID != gen {
+		t.Fatalf("pending inputs %+v", st.PendingInputs)
+	}
+	late := withID(protocol.Inputs.Input(protocol.InputResponse{InputID: "env", Value: json.RawMessage(`"staging"`), RequestID: req, GenerationID: "an-older-step"}), "late1")
+	_, err := f.rt.Push(ctx, "assistant", "s1", []protocol.Event{late}, true)
+	if err != nil {
+		t.Fatalf("a late answer is decided, not refused: %v", err)
+	}
+	st = f.waitFor("s1", "the late answer decided", func(s *protocol.AIState) bool { return s.Receipt != nil && s.Receipt.CommandID == "late1" })
+	if st.Receipt.Outcome != "rejected" || st.Receipt.Reason != protocol.ReasonNotPending {
+		t.Fatalf("late answer receipt %+v", st.Receipt)
+	}
+	if _, still := st.PendingInputs["env"]; !still || st.Status != protocol.StatusAwaitingInput {
+		t.Fatalf("a late answer (push error %v) satisfied the request: %+v", err, st.PendingInputs)
+	}
+	answer := protocol.Actions{View: st, NewID: func() string { return "ans1" }}.Respond("env", json.RawMessage(`"prod"`))
+	if len(answer) != 1 {
+		t.Fatal("respond built no answer for a pending input")
+	}
+	f.push("s1", answer...)
+	st = f.waitFor("s1", "the answered turn", func(s *protocol.AIState) bool { return idle(s) && len(s.PendingInputs) == 0 })
+	if st.Status == protocol.StatusAwaitingInput || lastText(st) != "which environment?" {
+		t.Fatalf("after the answer: status %s, last text %q", st.Status, lastText(st))
+	}
+}
