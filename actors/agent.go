@@ -31,6 +31,13 @@ type HarnessOptions struct {
 	GenerationFunc func(context.Context, harness.ResolverContext) (harness.GenerationSettings, error)
 	// Compaction configures automatic compaction.
 	Compaction protocol.CompactionOptions
+	// CustomCompaction replaces the automatic policy with the
+	// application's own (R-COMPACT-13); Compaction must then be zero.
+	CustomCompaction *CustomCompaction
+	// CompactionFunc resolves the compaction choice once per generation
+	// (R-COMPACT-14); it replaces Compaction and CustomCompaction, which
+	// must then be zero.
+	CompactionFunc func(context.Context, harness.ResolverContext) (CompactionChoice, error)
 	// StepTimeout bounds one model step (the summary request of a
 	// compaction included); 0 is no limit. A step that runs out fails its
 	// generation with a timeout error, like any model failure. Tool
@@ -102,7 +109,10 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	if err := o.Harness.Generation.Validate(); err != nil {
 		return nil, err
 	}
-	if err := o.Harness.Compaction.Validate(); err != nil {
+	if o.Harness.CompactionFunc != nil && (o.Harness.Compaction != (protocol.CompactionOptions{}) || o.Harness.CustomCompaction != nil) {
+		return nil, &protocol.ConfigError{Option: "harness.compaction", Message: "a compaction resolver replaces static compaction options; set one or the other"}
+	}
+	if err := (CompactionChoice{Options: o.Harness.Compaction, Custom: o.Harness.CustomCompaction}).validate(o.Harness.Generation); err != nil {
 		return nil, err
 	}
 	if err := o.Progress.Validate(); err != nil {
@@ -137,7 +147,7 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	}
 	return &Agent{
 		opts: o, contract: c, policy: policy, tools: set,
-		work:     protocol.WorkPolicy{ToolLane: o.ToolLane, ReportTools: report, NoMetadata: !o.Harness.Compaction.Discovery()},
+		work:     protocol.WorkPolicy{ToolLane: o.ToolLane, ReportTools: report, NoMetadata: !o.Harness.Compaction.Discovery() || o.Harness.CustomCompaction != nil},
 		progress: o.Progress.WithDefaults(),
 	}, nil
 }

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -127,4 +128,193 @@ func TestCompactionKeepsPromptsBounded(t *testing.T) {
 	if toolRuns != turns {
 		t.Fatalf("tools ran %d times for %d turns: the summary request must run none", toolRuns, turns)
 	}
+}
+
+// R-COMPACT-13 R-COMPACT-14: a compaction resolver runs once per
+// generation, may read the session's state at the prompt frontier, and
+// returns false for short sessions and a custom policy for longer ones; the
+// policy sees the typed messages and the model-ready prompt, summary
+// included, and its summary shapes later prompts like an automatic one.
+func TestCustomCompactionPolicy(t *testing.T) {
+	var mu sync.Mutex
+	var resolves int
+	var seen []CompactionContext
+	policy := &CustomCompaction{
+		ShouldCompact: func(_ context.Context, cc CompactionContext) (bool, error) {
+			mu.Lock()
+			seen = append(seen, cc)
+			mu.Unlock()
+			// Compact once six messages follow the summary in force.
+			n := len(cc.Messages)
+			if n > 0 && strings.HasPrefix(cc.Messages[0].ID, "summary-") {
+				n--
+			}
+			return n >= 6, nil
+		},
+		Compact: func(_ context.Context, cc CompactionContext) (string, error) {
+			return fmt.Sprintf("custom summary of %d messages", len(cc.Messages)), nil
+		},
+	}
+	f := newFixture(t, `{"default":{"text":"a fine answer"}}`, func(a *AgentOptions) {
+		a.Harness.CompactionFunc = func(ctx context.Context, rc harness.ResolverContext) (CompactionChoice, error) {
+			mu.Lock()
+			resolves++
+			mu.Unlock()
+			if rc.Session == nil {
+				return CompactionChoice{}, fmt.Errorf("no session reader")
+			}
+			st, index, err := rc.Session.State(ctx)
+			if err != nil || index == 0 {
+				return CompactionChoice{}, fmt.Errorf("session state at index %d: %v", index, err)
+			}
+			if len(st.Messages) < 4 {
+				return CompactionChoice{Options: protocol.CompactionOptions{Disabled: true}}, nil
+			}
+			return CompactionChoice{Custom: policy}, nil
+		}
+	})
+	const turns = 8
+	for i := 0; i < turns; i++ {
+		f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), fmt.Sprintf("question number %d", i)))
+		st := f.waitFor("s1", "turn done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
+		if st.Error != nil {
+			t.Fatalf("turn %d failed: %s", i, st.Error.Message)
+		}
+	}
+	st := f.waitFor("s1", "final", func(s *protocol.AIState) bool { return idle(s) })
+	calls := f.model.Calls()
+	mu.Lock()
+	defer mu.Unlock()
+	if resolves != len(calls) {
+		t.Fatalf("the resolver ran %d times for %d generations", resolves, len(calls))
+	}
+	// Turns 1 and 2 see fewer than four messages: false, the policy is not asked.
+	if len(seen) != turns-2 {
+		t.Fatalf("the policy was asked %d times, want %d", len(seen), turns-2)
+	}
+	var summaries []string
+	for _, d := range compactionParts(st) {
+		summaries = append(summaries, d.Summary)
+	}
+	if len(summaries) == 0 || !strings.HasPrefix(summaries[0], "custom summary of ") {
+		t.Fatalf("compaction parts %q", summaries)
+	}
+	if len(st.Messages) != 2*turns {
+		t.Fatalf("state.messages has %d messages, want %d", len(st.Messages), 2*turns)
+	}
+	// A context after the first compaction starts with the summary, typed
+	// and model-ready.
+	withSummary := 0
+	for _, cc := range seen {
+		if len(cc.ModelMessages) == 0 || cc.InputTokens <= 0 || cc.SessionID != "s1" || cc.GenerationID == "" {
+			t.Fatalf("incomplete compaction context %+v", cc)
+		}
+		if !strings.HasPrefix(cc.Messages[0].ID, "summary-") {
+			continue
+		}
+		withSummary++
+		b, _ := json.Marshal(cc.ModelMessages)
+		if !strings.Contains(cc.Messages[0].Parts[0].Text, summaries[0]) || !strings.Contains(string(b), summaries[0]) {
+			t.Fatalf("the summary is missing from the policy's context: %s", b)
+		}
+	}
+	if withSummary == 0 {
+		t.Fatal("no policy context carried the summary")
+	}
+	// The last step's prompt starts from the summary: the first question is gone.
+	last, _ := json.Marshal(calls[len(calls)-1].Messages)
+	if strings.Contains(string(last), "question number 0") || !strings.Contains(string(last), "custom summary of ") {
+		t.Fatalf("the last prompt did not start from the summary: %s", last)
+	}
+}
+
+// R-COMPACT-17 R-COMPACT-15: an explicit automatic policy is rejected with
+// structured output or a forced tool choice, statically at construction
+// and, when resolvers return them, before the generation runs; a custom
+// policy takes no automatic options and needs both callbacks.
+func TestCompactionOptionRejections(t *testing.T) {
+	models := func(string) (harness.Model, error) { return nil, fmt.Errorf("unused") }
+	forced := harness.GenerationSettings{Extra: map[string]json.RawMessage{"toolChoice": json.RawMessage(`"required"`)}}
+	keep := func(context.Context, CompactionContext) (bool, error) { return false, nil }
+	cases := []struct {
+		name string
+		h    HarnessOptions
+		want string
+	}{
+		{"threshold with a forced tool choice", HarnessOptions{Generation: forced, Compaction: protocol.CompactionOptions{ThresholdTokens: 1000}}, "forced tool choice"},
+		{"instructions with a specific tool", HarnessOptions{Compaction: protocol.CompactionOptions{Instructions: "keep it"},
+			Generation: harness.GenerationSettings{Extra: map[string]json.RawMessage{"toolChoice": json.RawMessage(`{"type":"tool","toolName":"x"}`)}}}, "forced tool choice"},
+		{"threshold with structured output", HarnessOptions{Compaction: protocol.CompactionOptions{ThresholdTokens: 1000},
+			Generation: harness.GenerationSettings{Extra: map[string]json.RawMessage{"output": json.RawMessage(`{"type":"object"}`)}}}, "structured output"},
+		{"custom with a threshold", HarnessOptions{Compaction: protocol.CompactionOptions{ThresholdTokens: 10}, CustomCompaction: &CustomCompaction{ShouldCompact: keep, Compact: func(context.Context, CompactionContext) (string, error) { return "", nil }}}, "no automatic options"},
+		{"custom without Compact", HarnessOptions{CustomCompaction: &CustomCompaction{ShouldCompact: keep}}, "both"},
+		{"resolver and static options", HarnessOptions{Compaction: protocol.CompactionOptions{Disabled: true},
+			CompactionFunc: func(context.Context, harness.ResolverContext) (CompactionChoice, error) {
+				return CompactionChoice{}, nil
+			}}, "one or the other"},
+	}
+	for _, c := range cases {
+		_, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: models, Harness: c.h})
+		var ce *protocol.ConfigError
+		if !errors.As(err, &ce) || ce.Option != "harness.compaction" || !strings.Contains(ce.Message, c.want) {
+			t.Errorf("%s: %v, want a harness.compaction error saying %q", c.name, err, c.want)
+		}
+	}
+	// Implicit compaction with a forced tool choice is fine and builds.
+	if _, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: models, Harness: HarnessOptions{Generation: forced}}); err != nil {
+		t.Fatalf("implicit compaction with a forced tool choice: %v", err)
+	}
+
+	// Resolved options are validated before their generation: the turn
+	// fails with the reason and the model is never called.
+	f := newFixture(t, `{"default":{"text":"never"}}`, func(a *AgentOptions) {
+		a.Harness.GenerationFunc = func(context.Context, harness.ResolverContext) (harness.GenerationSettings, error) { return forced, nil }
+		a.Harness.CompactionFunc = func(context.Context, harness.ResolverContext) (CompactionChoice, error) {
+			return CompactionChoice{Options: protocol.CompactionOptions{ThresholdTokens: 500}}, nil
+		}
+	})
+	f.push("s1", protocol.Inputs.Text("m1", "hello"))
+	st := f.waitFor("s1", "the rejected generation", func(s *protocol.AIState) bool { return s.Status == protocol.StatusFailed })
+	if st.Error == nil || !strings.Contains(st.Error.Message, "use a custom policy or false") {
+		t.Fatalf("error %+v", st.Error)
+	}
+	if n := len(f.model.Calls()); n != 0 {
+		t.Fatalf("the model was called %d times", n)
+	}
+}
+
+// R-COMPACT-17: implicit automatic compaction skips steps with a forced
+// tool choice: a Gateway model whose window would have compacted long ago
+// (see TestAutomaticCompactionFromTheCatalog) never compacts.
+func TestImplicitCompactionSkipsForcedToolChoice(t *testing.T) {
+	f := catalogFixture(t, func(a *AgentOptions) {
+		a.Harness.Generation = harness.GenerationSettings{Extra: map[string]json.RawMessage{"toolChoice": json.RawMessage(`"required"`)}}
+	})
+	var st *protocol.AIState
+	for i := 0; i < 12; i++ {
+		f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), "go on"))
+		st = f.waitFor("s1", "turn done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
+	}
+	if md := st.ModelMetadata["openai/small"]; md.Status != protocol.MetadataResolved {
+		t.Fatalf("the limits never became known: %+v", md)
+	}
+	if st.Compaction != nil {
+		t.Fatalf("a step with a forced tool choice compacted: %+v", st.Compaction)
+	}
+}
+
+// compactionParts returns the data of the transcript's compaction parts, in
+// order.
+func compactionParts(st *protocol.AIState) []protocol.CompactionData {
+	var out []protocol.CompactionData
+	for _, msg := range st.Messages {
+		for _, p := range msg.Parts {
+			if protocol.IsCompactionPart(p) {
+				var d protocol.CompactionData
+				_ = json.Unmarshal(p.Data, &d)
+				out = append(out, d)
+			}
+		}
+	}
+	return out
 }

@@ -190,6 +190,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 		messages: append([]protocol.TranscriptMessage(nil), s.state.AI.Messages...),
 		app:      s.state.App,
 		ai:       s.state.AI.Clone(),
+		index:    s.index,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }}
@@ -298,8 +299,10 @@ type laneInput struct {
 	messages []protocol.TranscriptMessage
 	app      any
 	// ai is a copy of the state at the step's start, for the compaction
-	// decision (calibration, model limits, unsettled tool work).
-	ai *protocol.AIState
+	// decision (calibration, model limits, unsettled tool work), and index
+	// the log index it folds.
+	ai    *protocol.AIState
+	index uint64
 }
 
 // runLane runs one model step (R-GEN-01): resolve the model and settings,
@@ -310,6 +313,9 @@ type laneInput struct {
 func runLane(ctx context.Context, in laneInput, send func(any)) {
 	a := in.agent.opts
 	rc := harness.ResolverContext{Event: in.request, Messages: in.messages, State: in.app}
+	if in.ai != nil {
+		rc.Session = frontier{ai: in.ai, index: in.index}
+	}
 	end := func(e *laneEnd) {
 		if ctx.Err() != nil {
 			e = &laneEnd{gen: in.gen, aborted: true}
@@ -389,7 +395,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		}
 		return err
 	}
-	if summary, ok, err := compact(stepCtx, in, model, req, settings.Model, bytes, send); err != nil {
+	if summary, ok, err := compact(stepCtx, in, model, req, settings.Model, bytes, send, rc); err != nil {
 		end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 		return
 	} else if ok {
@@ -464,10 +470,20 @@ func checkToolCall(in laneInput, gs harness.GenerationSettings, c protocol.UIMes
 // records ai.compaction.completed. An empty summary or a summary tool call
 // fails the generation (R-COMPACT-08). It returns the summary and whether
 // a compaction happened.
-func compact(ctx context.Context, in laneInput, model harness.Model, req harness.Request, modelID string, bytes int64, send func(any)) (string, bool, error) {
-	opts := in.agent.opts.Harness.Compaction
+func compact(ctx context.Context, in laneInput, model harness.Model, req harness.Request, modelID string, bytes int64, send func(any), rc harness.ResolverContext) (string, bool, error) {
+	choice, err := in.agent.compactionFor(ctx, rc, req.Settings)
+	if err != nil {
+		return "", false, err
+	}
+	opts := choice.Options
 	if opts.Disabled || in.ai == nil {
 		return "", false, nil
+	}
+	if choice.Custom != nil {
+		return compactCustom(ctx, in, req, modelID, bytes, send, rc, choice.Custom)
+	}
+	if !choice.explicitAutomatic() && req.Settings.ImplicitCompactionSkip() != "" {
+		return "", false, nil // implicit compaction skips these steps (R-COMPACT-17)
 	}
 	threshold := opts.ThresholdTokens
 	if threshold == 0 {
@@ -529,4 +545,56 @@ func compact(ctx context.Context, in laneInput, model harness.Model, req harness
 	send(&laneEvent{gen: in.gen, ev: protocol.Event{ID: protocol.DeriveID("compacted", in.session, in.gen), Type: protocol.TypeCompactionCompleted,
 		Payload: mustJSON(protocol.CompactionCompleted{GenerationID: in.gen, Summary: summary, Usage: usage})}})
 	return summary, true, nil
+}
+
+// compactCustom runs an application's compaction policy before a step
+// (R-COMPACT-13): while a tool exchange or tool work is unsettled it is not
+// asked; otherwise ShouldCompact sees the typed and model-ready context,
+// summary included, and Compact's summary is recorded like an automatic
+// one. An empty summary fails the generation (R-COMPACT-08).
+func compactCustom(ctx context.Context, in laneInput, req harness.Request, modelID string, bytes int64, send func(any), rc harness.ResolverContext, policy *CustomCompaction) (string, bool, error) {
+	if protocol.CompactionDeferral(in.ai, false) != "" {
+		return "", false, nil
+	}
+	summary, after := protocol.ModelContext(in.messages)
+	typed := after
+	if summary != "" {
+		typed = append([]protocol.TranscriptMessage{protocol.SummaryMessage(in.gen, summary)}, after...)
+	}
+	tokens := protocol.CalibratedTokens(bytes, modelID, in.ai.Calibration)
+	cc := CompactionContext{SessionID: in.session, GenerationID: in.gen, Model: modelID, Messages: typed,
+		ModelMessages: req.Messages, InputTokens: tokens, State: rc.State}
+	ok, err := policy.ShouldCompact(ctx, cc)
+	if err != nil {
+		return "", false, fmt.Errorf("compaction: ShouldCompact: %w", err)
+	}
+	if !ok {
+		return "", false, nil
+	}
+	estimate := protocol.TokensOf(bytes)
+	send(&laneEvent{gen: in.gen, ev: protocol.Event{ID: protocol.DeriveID("compaction", in.session, in.gen), Type: protocol.TypeCompactionRequested,
+		Payload: mustJSON(protocol.CompactionRequested{GenerationID: in.gen, ResponseMessageID: in.response,
+			InputTokenEstimate: &estimate, InputTokens: &tokens})}})
+	text, err := policy.Compact(ctx, cc)
+	if err != nil {
+		return "", false, fmt.Errorf("compaction: Compact: %w", err)
+	}
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return "", false, errors.New("compaction: the summary is empty")
+	}
+	send(&laneEvent{gen: in.gen, ev: protocol.Event{ID: protocol.DeriveID("compacted", in.session, in.gen), Type: protocol.TypeCompactionCompleted,
+		Payload: mustJSON(protocol.CompactionCompleted{GenerationID: in.gen, Summary: text})}})
+	return text, true, nil
+}
+
+// frontier is a resolver's view of its session: the state captured when
+// the step started (the prompt frontier), never a later one.
+type frontier struct {
+	ai    *protocol.AIState
+	index uint64
+}
+
+func (f frontier) State(context.Context) (*protocol.AIState, uint64, error) {
+	return f.ai.Clone(), f.index, nil
 }

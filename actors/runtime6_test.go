@@ -432,18 +432,7 @@ func TestStoreFailureRetriesDurably(t *testing.T) {
 // known: the catalog's context window sets the default threshold (75%),
 // and no compaction happens before the lookup lands.
 func TestAutomaticCompactionFromTheCatalog(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"openai/small","type":"language","context_window":800,"max_tokens":100}]}`))
-	}))
-	t.Cleanup(srv.Close)
-	sc, _ := script.Parse([]byte(`{"default":{"text":"` + strings.Repeat("a fairly long answer that fills a small window. ", 4) + `"}}`))
-	m := &summarizingModel{answer: script.New(sc)}
-	f := newFixture(t, `{}`, func(a *AgentOptions) {
-		a.Model = harness.ModelID("openai/small")
-		a.Models = func(string) (harness.Model, error) { return m, nil }
-	})
-	f.rt.opts.Catalog = CatalogCache{Source: srv.URL, Cache: &catalog.Cache{}}
+	f := catalogFixture(t, nil)
 	compacted := func(s *protocol.AIState) bool {
 		return s.Compaction != nil && s.Compaction.Status == protocol.CompactionStatusCompleted
 	}
@@ -465,18 +454,33 @@ func TestAutomaticCompactionFromTheCatalog(t *testing.T) {
 		t.Fatalf("metadata %+v", md)
 	}
 	var threshold int64
-	for _, msg := range st.Messages {
-		for _, p := range msg.Parts {
-			if protocol.IsCompactionPart(p) {
-				var d protocol.CompactionData
-				_ = json.Unmarshal(p.Data, &d)
-				if d.ThresholdTokens != nil {
-					threshold = *d.ThresholdTokens
-				}
-			}
+	for _, d := range compactionParts(st) {
+		if d.ThresholdTokens != nil {
+			threshold = *d.ThresholdTokens
 		}
 	}
 	if threshold != 600 {
 		t.Fatalf("threshold %d, want 75%% of 800", threshold)
 	}
+}
+
+// catalogFixture serves a Gateway model of an 800-token window from a
+// local catalog, answering long enough for it to need compaction soon.
+func catalogFixture(t *testing.T, mod func(*AgentOptions)) *fixture {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"openai/small","type":"language","context_window":800,"max_tokens":100}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	sc, _ := script.Parse([]byte(`{"default":{"text":"` + strings.Repeat("a fairly long answer that fills a small window. ", 4) + `"}}`))
+	m := &summarizingModel{answer: script.New(sc)}
+	f := newFixture(t, `{}`, func(a *AgentOptions) {
+		a.Model = harness.ModelID("openai/small")
+		a.Models = func(string) (harness.Model, error) { return m, nil }
+		if mod != nil {
+			mod(a)
+		}
+	})
+	f.rt.opts.Catalog = CatalogCache{Source: srv.URL, Cache: &catalog.Cache{}}
+	return f
 }

@@ -152,14 +152,8 @@ func TestEmptySummaryFailsTheGeneration(t *testing.T) {
 			t.Fatalf("error %+v", st.Error)
 		}
 		var statuses []string
-		for _, m := range st.Messages {
-			for _, p := range m.Parts {
-				if protocol.IsCompactionPart(p) {
-					var d protocol.CompactionData
-					_ = json.Unmarshal(p.Data, &d)
-					statuses = append(statuses, d.Status)
-				}
-			}
+		for _, d := range compactionParts(st) {
+			statuses = append(statuses, d.Status)
 		}
 		if len(statuses) != 1 || statuses[0] != protocol.CompactionStatusFailed {
 			t.Fatalf("compaction parts %v", statuses)

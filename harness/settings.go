@@ -327,3 +327,34 @@ func RequestHeaders(model map[string]string, g GenerationSettings) map[string]st
 	}
 	return out
 }
+
+// ImplicitCompactionSkip names why these settings skip implicit automatic
+// compaction, or "" (R-COMPACT-17): structured output (Extra "output" or
+// "experimental_output") and a forced tool choice (Extra "toolChoice" of
+// "required" or a specific tool) need a prompt the summary request would
+// not honour.
+func (g GenerationSettings) ImplicitCompactionSkip() string {
+	for _, k := range []string{"output", "experimental_output"} {
+		if v, ok := g.Extra[k]; ok && string(v) != "null" {
+			return "structured output (" + k + ")"
+		}
+	}
+	raw, ok := g.Extra["toolChoice"]
+	if !ok {
+		return ""
+	}
+	var choice string
+	if json.Unmarshal(raw, &choice) == nil {
+		if choice == "required" {
+			return `a forced tool choice ("required")`
+		}
+		return ""
+	}
+	var obj struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(raw, &obj) == nil && obj.Type == "tool" {
+		return "a forced tool choice (a specific tool)"
+	}
+	return ""
+}

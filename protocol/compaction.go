@@ -118,17 +118,24 @@ func ShouldCompact(s *AIState, inputTokens, threshold int64, deadLettered bool) 
 	if threshold <= 0 || inputTokens <= threshold {
 		return d
 	}
+	d.Deferred = CompactionDeferral(s, deadLettered)
+	d.Compact = d.Deferred == ""
+	return d
+}
+
+// CompactionDeferral names what defers any compaction now, custom policies
+// included, or "": a summary must never split a tool call from its result
+// nor race A2-owned tool work (R-COMPACT-24..26).
+func CompactionDeferral(s *AIState, deadLettered bool) string {
 	switch {
 	case deadLettered:
-		d.Deferred = "dead-lettered tool work awaits repair"
+		return "dead-lettered tool work awaits repair"
 	case s.unsettledExchange() != "":
-		d.Deferred = "tool call " + s.unsettledExchange() + " has no final result"
+		return "tool call " + s.unsettledExchange() + " has no final result"
 	case s.unsettledWork() != "":
-		d.Deferred = "tool work " + s.unsettledWork() + " has not settled"
-	default:
-		d.Compact = true
+		return "tool work " + s.unsettledWork() + " has not settled"
 	}
-	return d
+	return ""
 }
 
 // unsettledExchange returns a tool call of the transcript without a final
