@@ -238,3 +238,48 @@ func TestApplicationInput(t *testing.T) {
 		t.Fatalf("after the answer: status %s, last text %q", st.Status, lastText(st))
 	}
 }
+
+// R-APPROVAL-02 R-APPROVAL-03: a tool asks the user for input through its
+// handler context and waits: the turn shows awaiting-input with the
+// request; the user's answer reaches the tool, whose result the model sees.
+func TestToolRequestsInput(t *testing.T) {
+	var asked atomic.Int64
+	confirm := tools.Tool{Name: "confirm", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		hc, err := tools.FromContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		asked.Add(1)
+		v, err := hc.RequestInput(ctx, "env", json.RawMessage(`{"question":"which environment?"}`))
+		if err != nil {
+			return nil, err
+		}
+		return json.RawMessage(`{"environment":` + string(v) + `}`), nil
+	}}
+	f := newFixture(t, `{"replies":[{"match":"deploy","toolCalls":[{"name":"confirm","input":{}}],"then":{"text":"deployed"}}]}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{confirm} })
+	f.push("s1", protocol.Inputs.Text("m1", "deploy it"))
+	st := f.waitFor("s1", "the tool's question", func(s *protocol.AIState) bool { return s.Status == protocol.StatusAwaitingInput })
+	pi, ok := st.PendingInputs["env"]
+	if !ok || string(pi.Request) != `{"question":"which environment?"}` || pi.GenerationID == "" || pi.RequestID == "" {
+		t.Fatalf("pending inputs %+v", st.PendingInputs)
+	}
+	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "ans" }}.Respond("env", json.RawMessage(`"prod"`))...)
+	st = f.waitFor("s1", "the answered turn", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "deployed" })
+	if asked.Load() != 1 {
+		t.Fatalf("the tool ran %d times", asked.Load())
+	}
+	var output string
+	for _, p := range st.Messages[len(st.Messages)-1].Parts {
+		if p.ToolCallID != "" {
+			output = string(p.Output)
+		}
+	}
+	if output != `{"environment":"prod"}` {
+		t.Fatalf("the tool's output %q does not carry the answer", output)
+	}
+	calls := f.model.Calls()
+	if b, _ := json.Marshal(calls[len(calls)-1].Messages); !strings.Contains(string(b), `prod`) {
+		t.Fatalf("the model did not see the answer: %s", b)
+	}
+}

@@ -2,10 +2,12 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -286,6 +288,58 @@ func (r *Runtime) Subscribe(ctx context.Context, session string, after uint64) (
 		}
 	}()
 	return out, errc
+}
+
+// requestInput appends a tool call's trusted request-input (its ID derived
+// from the call, version and input ID, so a retried attempt asks once) and
+// waits for the applied answer, reading the log from the request on.
+func (r *Runtime) requestInput(ctx context.Context, agent, session string, req protocol.InputRequest, call string, version int) (json.RawMessage, error) {
+	if err := protocol.ValidateCallerID("inputId", req.InputID); err != nil {
+		return nil, err
+	}
+	ev := protocol.Inputs.RequestInput(req)
+	ev.ID = protocol.IdempotentID("a2.tool-input", session, call, strconv.Itoa(version), req.InputID)
+	stored, err := r.Push(ctx, agent, session, []protocol.Event{ev}, true)
+	if err != nil {
+		return nil, err
+	}
+	var after uint64
+	for _, e := range stored {
+		if e.ID == ev.ID && e.Index > 0 {
+			after = e.Index - 1
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, errc := r.Subscribe(ctx, session, after)
+	answers := map[string]json.RawMessage{} // answer command ID -> value
+	for e := range events {
+		switch e.Type {
+		case protocol.TypeControlRequested:
+			var c protocol.Command
+			if json.Unmarshal(e.Payload, &c) == nil && c.Action == protocol.ActionInput && c.InputID == req.InputID &&
+				c.RequestID == req.RequestID && c.GenerationID == req.GenerationID {
+				answers[e.ID] = c.Value
+			}
+		case protocol.TypeControlDecided:
+			var d protocol.Decided
+			if json.Unmarshal(e.Payload, &d) != nil {
+				continue
+			}
+			if d.CommandID == ev.ID && d.Outcome != protocol.OutcomeApplied {
+				return nil, fmt.Errorf("the input request was %s: %s", d.Outcome, d.Reason)
+			}
+			if v, ok := answers[d.CommandID]; ok && d.Outcome == protocol.OutcomeApplied {
+				return v, nil
+			}
+		}
+	}
+	select {
+	case err := <-errc:
+		return nil, err
+	default:
+	}
+	return nil, ctx.Err()
 }
 
 // Close stops every session (writes in flight finish first) and the actor

@@ -177,6 +177,19 @@ func (s *sessionActor) execute(r *toolRun) {
 			return s.rt.Push(ctx, s.agent.Name(), s.id, evs, true)
 		}}
 	_ = json.Unmarshal(r.event.Payload, &hc.Call)
+	var requestID string
+	if g := s.state.AI.ActiveGeneration; g != nil && g.GenerationID == r.gen {
+		requestID = g.RequestID
+	} else if a := s.state.AI.Active; a != nil {
+		if o, ok := s.state.AI.ResponseOwners[a.ResponseMessageID]; ok && o.GenerationID == r.gen {
+			requestID = o.RequestID
+		}
+	}
+	name, session, call, version := s.agent.Name(), s.id, r.call, r.version
+	hc.RequestInput = func(ctx context.Context, inputID string, request json.RawMessage) (json.RawMessage, error) {
+		return s.rt.requestInput(ctx, name, session, protocol.InputRequest{InputID: inputID, Request: request,
+			RequestID: requestID, GenerationID: r.gen}, call, version)
+	}
 	run := func(ctx context.Context, send func(any)) {
 		hc.Preliminary = func(out json.RawMessage) {
 			send(&toolPreliminary{call: r.call, version: r.version, attempt: r.attempt, output: append(json.RawMessage(nil), out...)})

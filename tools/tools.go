@@ -158,6 +158,16 @@ type Context struct {
 	// appended at once as ai.tool.output.preliminary and shown on the tool
 	// part until the final result (R-TOOL-07). Nil outside the runtime.
 	Preliminary func(output json.RawMessage)
+	// RequestInput asks the user for application input during this call
+	// and waits for the answer (R-APPROVAL-02, R-APPROVAL-03): it appends a
+	// trusted request-input for the call's step (pendingInputs[inputID],
+	// status awaiting-input) and returns the value of the answer that was
+	// applied. The request is idempotent per call, version and inputID, so
+	// a retried attempt asks once and finds an earlier answer in the log.
+	// It fails when the request is rejected (the turn moved on) and returns
+	// ctx's error when the call is cancelled (Stop, Pause now). Nil outside
+	// the runtime.
+	RequestInput func(ctx context.Context, inputID string, request json.RawMessage) (json.RawMessage, error)
 }
 
 type ctxKey struct{}
