@@ -61,6 +61,12 @@ func (c CompactionChoice) validate(gs harness.GenerationSettings) error {
 		}
 		return nil
 	}
+	if !c.Options.Disabled && c.Options.ThresholdTokens == 0 {
+		if _, ok := gs.ProviderOptions["gateway"]["models"]; ok {
+			return &protocol.ConfigError{Option: "harness.compaction.thresholdTokens",
+				Message: "a Gateway fallback model list needs an explicit thresholdTokens that fits every model in the list (R-COMPACT-16)"}
+		}
+	}
 	if c.explicitAutomatic() {
 		if why := gs.ImplicitCompactionSkip(); why != "" {
 			return &protocol.ConfigError{Option: "harness.compaction",

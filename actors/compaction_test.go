@@ -247,6 +247,8 @@ func TestCompactionOptionRejections(t *testing.T) {
 		{"threshold with structured output", HarnessOptions{Compaction: protocol.CompactionOptions{ThresholdTokens: 1000},
 			Generation: harness.GenerationSettings{Extra: map[string]json.RawMessage{"output": json.RawMessage(`{"type":"object"}`)}}}, "structured output"},
 		{"custom with a threshold", HarnessOptions{Compaction: protocol.CompactionOptions{ThresholdTokens: 10}, CustomCompaction: &CustomCompaction{ShouldCompact: keep, Compact: func(context.Context, CompactionContext) (string, error) { return "", nil }}}, "no automatic options"},
+		{"fallback list without a threshold", HarnessOptions{Generation: harness.GenerationSettings{ProviderOptions: map[string]map[string]json.RawMessage{
+			"gateway": {"models": json.RawMessage(`["openai/small","anthropic/other"]`)}}}}, "explicit thresholdTokens"},
 		{"custom without Compact", HarnessOptions{CustomCompaction: &CustomCompaction{ShouldCompact: keep}}, "both"},
 		{"resolver and static options", HarnessOptions{Compaction: protocol.CompactionOptions{Disabled: true},
 			CompactionFunc: func(context.Context, harness.ResolverContext) (CompactionChoice, error) {
@@ -256,9 +258,15 @@ func TestCompactionOptionRejections(t *testing.T) {
 	for _, c := range cases {
 		_, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: models, Harness: c.h})
 		var ce *protocol.ConfigError
-		if !errors.As(err, &ce) || ce.Option != "harness.compaction" || !strings.Contains(ce.Message, c.want) {
+		if !errors.As(err, &ce) || !strings.HasPrefix(ce.Option, "harness.compaction") || !strings.Contains(ce.Message, c.want) {
 			t.Errorf("%s: %v, want a harness.compaction error saying %q", c.name, err, c.want)
 		}
+	}
+	// A fallback list with an explicit threshold builds.
+	if _, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: models, Harness: HarnessOptions{
+		Compaction: protocol.CompactionOptions{ThresholdTokens: 5000},
+		Generation: harness.GenerationSettings{ProviderOptions: map[string]map[string]json.RawMessage{"gateway": {"models": json.RawMessage(`["a/b"]`)}}}}}); err != nil {
+		t.Fatalf("a fallback list with a threshold: %v", err)
 	}
 	// Implicit compaction with a forced tool choice is fine and builds.
 	if _, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: models, Harness: HarnessOptions{Generation: forced}}); err != nil {
@@ -317,4 +325,37 @@ func compactionParts(st *protocol.AIState) []protocol.CompactionData {
 		}
 	}
 	return out
+}
+
+// R-COMPACT-16 R-META-07: a model outside AI Gateway has no catalog
+// limits, so implicit compaction never runs for it (its metadata is
+// unavailable); an explicit thresholdTokens makes the same session compact
+// and disables the lookup.
+func TestDirectProviderNeedsExplicitThreshold(t *testing.T) {
+	run := func(threshold int64) *protocol.AIState {
+		f := catalogFixture(t, func(a *AgentOptions) {
+			a.Model = harness.ModelID("direct-model")
+			a.Harness.Compaction = protocol.CompactionOptions{ThresholdTokens: threshold}
+		})
+		var st *protocol.AIState
+		for i := 0; i < 10; i++ {
+			f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), "go on"))
+			st = f.waitFor("s1", "turn done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
+		}
+		return st
+	}
+	st := run(0)
+	if md := st.ModelMetadata["direct-model"]; md.Status != protocol.MetadataUnavailable {
+		t.Fatalf("metadata of a model outside the catalog: %+v", md)
+	}
+	if len(compactionParts(st)) != 0 {
+		t.Fatal("compacted without known limits or a threshold")
+	}
+	st = run(400)
+	if len(compactionParts(st)) == 0 {
+		t.Fatal("an explicit threshold did not compact")
+	}
+	if len(st.ModelMetadata) != 0 {
+		t.Fatalf("an explicit threshold still looked up limits: %+v", st.ModelMetadata)
+	}
 }
