@@ -77,8 +77,12 @@ type Runtime struct {
 	mu       sync.Mutex
 	sessions map[string]*actor.PID
 	failures map[string]int // write failures in a row, per session
-	closed   bool
-	wg       sync.WaitGroup // session actors alive
+	// done closes when a session actor (by PID ID) has stopped: a request
+	// whose message sat in its mailbox then gets no answer, so it retries
+	// on a fresh activation instead of waiting out its timeout.
+	done   map[string]chan struct{}
+	closed bool
+	wg     sync.WaitGroup // session actors alive
 }
 
 // New starts a runtime.
@@ -123,7 +127,33 @@ func (r *Runtime) pid(agent *Agent, session string) (*actor.PID, error) {
 	r.wg.Add(1)
 	p := r.system.Root.Spawn(props)
 	r.sessions[k] = p
+	if r.done == nil {
+		r.done = map[string]chan struct{}{}
+	}
+	r.done[p.Id] = make(chan struct{})
 	return p, nil
+}
+
+// doneOf returns the channel that closes when the actor p has stopped.
+func (r *Runtime) doneOf(p *actor.PID) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ch, ok := r.done[p.Id]; ok {
+		return ch
+	}
+	ch := make(chan struct{})
+	close(ch) // stopped already
+	return ch
+}
+
+// stopped records that a session actor has stopped.
+func (r *Runtime) stopped(p *actor.PID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ch, ok := r.done[p.Id]; ok {
+		close(ch)
+		delete(r.done, p.Id)
+	}
 }
 
 // forget removes a stopped session actor from the registry.
@@ -157,7 +187,7 @@ func (r *Runtime) request(ctx context.Context, agent *Agent, session string, msg
 		if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
 			timeout = time.Until(d)
 		}
-		res, err := r.system.Root.RequestFuture(p, msg, timeout).Result()
+		res, err := r.await(r.system.Root.RequestFuture(p, msg, timeout), r.doneOf(p))
 		if err == nil {
 			if _, stopping := res.(*stoppingReply); !stopping {
 				return res, nil
@@ -169,6 +199,35 @@ func (r *Runtime) request(ctx context.Context, agent *Agent, session string, msg
 		r.forget(agent.Name(), session, p)
 	}
 	return nil, ErrUnavailable
+}
+
+// errActorStopped is a request whose session actor stopped before it
+// answered.
+var errActorStopped = errors.New("actors: the session stopped before answering")
+
+// await waits for a future's answer, or for its target's stop.
+func (r *Runtime) await(f *actor.Future, done <-chan struct{}) (any, error) {
+	type result struct {
+		res any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		res, err := f.Result()
+		ch <- result{res, err}
+	}()
+	select {
+	case out := <-ch:
+		return out.res, out.err
+	case <-done:
+		// An answer sent just before the stop still wins.
+		select {
+		case out := <-ch:
+			return out.res, out.err
+		case <-time.After(10 * time.Millisecond):
+			return nil, errActorStopped
+		}
+	}
 }
 
 // Push validates events pushed by a client (trusted false) or appended by

@@ -163,6 +163,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.queue, s.inflight, s.waiters = nil, nil, nil
 	case *actor.Stopped:
 		s.rt.forget(s.agent.Name(), s.id, s.self)
+		s.rt.stopped(s.self)
 		if s.failed {
 			s.rt.reactivateLater(s.agent, s.id)
 		}
