@@ -231,3 +231,51 @@ func TestPreliminaryOutputsAndRerunAttempts(t *testing.T) {
 		}
 	}
 }
+
+// failFirstClaim fails the first append that carries a tool claim, writing
+// nothing: an attempt that fails before Execute.
+type failFirstClaim struct {
+	*countingStore
+	failed atomic.Bool
+}
+
+func (f *failFirstClaim) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
+	for _, ev := range events {
+		if ev.Type == protocol.TypeToolExecClaimed && f.failed.CompareAndSwap(false, true) {
+			return nil, fmt.Errorf("injected: the claim write failed")
+		}
+	}
+	return f.countingStore.Append(ctx, session, expected, events)
+}
+
+// R-TOOL-15: under "report", an attempt that failed before Execute (its
+// claim write failed) is retried and runs the tool: the call gets the
+// tool's real result, not the interrupted error, and the tool ran once.
+func TestReportToolRetriesAFailureBeforeExecute(t *testing.T) {
+	var runs atomic.Int64
+	charge := tools.Tool{Name: "charge", Recovery: "report", Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		runs.Add(1)
+		return json.RawMessage(`"charged"`), nil
+	}}
+	f := newFixture(t, `{"replies":[{"match":"pay","toolCalls":[{"name":"charge","input":{}}],"then":{"text":"paid"}}]}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{charge} })
+	fs := &failFirstClaim{countingStore: f.store}
+	f.rt.store = fs
+	f.push("s1", protocol.Inputs.Text("m1", "pay the bill"))
+	st := f.waitFor("s1", "the paid turn", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "paid" })
+	if !fs.failed.Load() {
+		t.Fatal("no claim write failed: the test did not exercise the failure")
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("the report tool ran %d times, want 1", runs.Load())
+	}
+	var output, errText string
+	for _, p := range st.Messages[len(st.Messages)-1].Parts {
+		if p.ToolCallID != "" {
+			output, errText = string(p.Output), p.ErrorText
+		}
+	}
+	if output != `"charged"` || errText != "" {
+		t.Fatalf("the call's result is %q / %q, want the tool's own result", output, errText)
+	}
+}
