@@ -283,3 +283,69 @@ func TestToolRequestsInput(t *testing.T) {
 		t.Fatalf("the model did not see the answer: %s", b)
 	}
 }
+
+// providerApprovalModel calls a provider-executed tool that asks for
+// approval; once the prompt carries the approval response it answers.
+type providerApprovalModel struct {
+	mu   sync.Mutex
+	reqs []harness.Request
+}
+
+func (m *providerApprovalModel) Stream(_ context.Context, req harness.Request) (harness.Stream, error) {
+	m.mu.Lock()
+	m.reqs = append(m.reqs, req)
+	m.mu.Unlock()
+	var approved *bool
+	for _, msg := range req.Messages {
+		for _, c := range msg.Content {
+			if c.Type == harness.ContentApprovalResponse {
+				approved = c.Approved
+			}
+		}
+	}
+	yes := true
+	cs := []protocol.UIMessageChunk{{Type: protocol.ChunkStart}, {Type: protocol.ChunkStartStep}}
+	finish := "tool-calls"
+	if approved == nil {
+		cs = append(cs,
+			protocol.UIMessageChunk{Type: protocol.ChunkToolInputStart, ToolCallID: "ws1", ToolName: "web_search", ProviderExec: &yes},
+			protocol.UIMessageChunk{Type: protocol.ChunkToolInputAvailable, ToolCallID: "ws1", ToolName: "web_search", Input: json.RawMessage(`{"q":"a2"}`), ProviderExec: &yes},
+			protocol.UIMessageChunk{Type: protocol.ChunkToolApproval, ToolCallID: "ws1", ApprovalID: "ap-ws1"})
+	} else {
+		finish = "stop"
+		answer := "searched"
+		if !*approved {
+			answer = "not searched"
+		}
+		cs = append(cs, protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: "t"},
+			protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t", Delta: answer},
+			protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: "t"})
+	}
+	cs = append(cs, protocol.UIMessageChunk{Type: protocol.ChunkFinishStep}, protocol.UIMessageChunk{Type: protocol.ChunkFinish, FinishReason: finish})
+	return &chunkStream{chunks: cs}, nil
+}
+
+// R-APPROVAL-08: an approved provider-executed call satisfies the
+// continuation join from its approval response alone: no result is
+// submitted, the continuation runs and the provider sees the approval.
+func TestProviderExecutedApproval(t *testing.T) {
+	m := &providerApprovalModel{}
+	f := newFixture(t, `{}`, func(a *AgentOptions) {
+		a.Models = func(string) (harness.Model, error) { return m, nil }
+	})
+	f.push("s1", protocol.Inputs.Text("m1", "search for a2"))
+	st := f.waitFor("s1", "the approval request", func(s *protocol.AIState) bool { return len(s.PendingApprovals) == 1 })
+	if st.Status != protocol.StatusAwaitingApproval {
+		t.Fatalf("status %s while the provider call waits for approval", st.Status)
+	}
+	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "ok" }}.Approve("ap-ws1")...)
+	st = f.waitFor("s1", "the continuation", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "searched" })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.reqs) != 2 {
+		t.Fatalf("%d model requests, want the step and its continuation", len(m.reqs))
+	}
+	if st.Error != nil {
+		t.Fatalf("error %+v", st.Error)
+	}
+}
