@@ -383,7 +383,7 @@ func TestHTTPErrorStatuses(t *testing.T) {
 				apiErr.Retryable != tc.retryable || apiErr.RetryAfter != tc.after || apiErr.RequestID != tc.requestID {
 				t.Fatalf("%+v", apiErr)
 			}
-			if !strings.Contains(apiErr.Error(), tc.message) {
+			if !strings.HasPrefix(apiErr.Error(), "anthropic: ") || !strings.Contains(apiErr.Error(), tc.message) {
 				t.Fatalf("Error() = %q", apiErr.Error())
 			}
 		})

@@ -4,57 +4,16 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
+
+	"github.com/a2-runtime/a2/harness/internal/provider"
 )
 
 // APIError is an error the provider reported: an HTTP error status, or an
-// error object in the stream (StatusCode 0).
-type APIError struct {
-	// StatusCode is the HTTP status, or 0 for an error sent mid-stream.
-	StatusCode int
-	// Code is the provider's error code (error.code, else error.type),
-	// such as "rate_limit_exceeded".
-	Code string
-	// Type is the provider's error type (error.type), such as
-	// "invalid_request_error".
-	Type string
-	// Message is the provider's error message, or the start of the body
-	// when it was not the documented JSON error object.
-	Message string
-	// RequestID is the x-request-id response header, when sent.
-	RequestID string
-	// RetryAfter is the Retry-After response header, when sent.
-	RetryAfter time.Duration
-	// Retryable reports whether the same request may succeed later: 408,
-	// 409, 429 and 5xx statuses, and stream errors of a server or rate
-	// limit kind.
-	Retryable bool
-}
-
-// Error implements error.
-func (e *APIError) Error() string {
-	var b strings.Builder
-	b.WriteString("openai: ")
-	if e.StatusCode != 0 {
-		b.WriteString(strconv.Itoa(e.StatusCode))
-		if t := http.StatusText(e.StatusCode); t != "" {
-			b.WriteString(" " + t)
-		}
-	} else {
-		b.WriteString("stream error")
-	}
-	if e.Code != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Code)
-	}
-	if e.Message != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Message)
-	}
-	return b.String()
-}
+// error object in the stream (StatusCode 0). Code is error.code, else
+// error.type (such as "rate_limit_exceeded"); Type is error.type (such as
+// "invalid_request_error"); RequestID is the x-request-id header.
+type APIError = provider.APIError
 
 // ErrStreamClosed is returned by Next after Close.
 var ErrStreamClosed = errors.New("openai: stream closed")
@@ -97,19 +56,14 @@ func retryableCode(code string) bool {
 	return false
 }
 
-func retryableStatus(status int) bool {
-	return status == http.StatusRequestTimeout || status == http.StatusConflict ||
-		status == http.StatusTooManyRequests || status >= 500
-}
-
 // statusError builds the APIError of a non-2xx response from its body
 // ({"error": {...}}, or a bare error object, or anything else).
 func statusError(resp *http.Response, body []byte) *APIError {
-	e := &APIError{
+	e := &APIError{Provider: "openai",
 		StatusCode: resp.StatusCode,
 		RequestID:  resp.Header.Get("x-request-id"),
-		RetryAfter: retryAfter(resp.Header.Get("retry-after")),
-		Retryable:  retryableStatus(resp.StatusCode),
+		RetryAfter: provider.RetryAfter(resp.Header.Get("retry-after")),
+		Retryable:  provider.RetryableStatus(resp.StatusCode),
 	}
 	var wrapped struct {
 		Error json.RawMessage `json:"error"`
@@ -120,7 +74,7 @@ func statusError(resp *http.Response, body []byte) *APIError {
 	case json.Unmarshal(body, &wrapped) == nil && len(wrapped.Error) > 0 && json.Unmarshal(wrapped.Error, &obj.Message) == nil:
 	case json.Unmarshal(body, &obj) == nil && obj.Message != "":
 	default:
-		obj = errorObject{Message: truncate(strings.TrimSpace(string(body)), 512)}
+		obj = errorObject{Message: provider.Truncate(strings.TrimSpace(string(body)), 512)}
 	}
 	e.Code, e.Type, e.Message = obj.code(), obj.Type, obj.Message
 	return e
@@ -131,34 +85,10 @@ func streamError(raw json.RawMessage) *APIError {
 	var obj errorObject
 	if json.Unmarshal(raw, &obj) != nil {
 		if json.Unmarshal(raw, &obj.Message) != nil {
-			obj.Message = truncate(string(raw), 512)
+			obj.Message = provider.Truncate(string(raw), 512)
 		}
 	}
-	e := &APIError{Code: obj.code(), Type: obj.Type, Message: obj.Message}
+	e := &APIError{Provider: "openai", Code: obj.code(), Type: obj.Type, Message: obj.Message}
 	e.Retryable = retryableCode(e.Code) || retryableCode(e.Type)
 	return e
-}
-
-// retryAfter parses a Retry-After header: delay seconds or an HTTP date.
-func retryAfter(v string) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-		return time.Duration(s * float64(time.Second))
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
-	}
-	return 0
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return strings.ToValidUTF8(s, "\uFFFD")
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }

@@ -394,7 +394,7 @@ func TestHTTPErrorStatuses(t *testing.T) {
 			if tc.header["X-Request-Id"] != "" && apiErr.RequestID != tc.header["X-Request-Id"] {
 				t.Fatalf("request ID %q", apiErr.RequestID)
 			}
-			if !strings.Contains(apiErr.Error(), tc.message) {
+			if !strings.HasPrefix(apiErr.Error(), "openai: ") || !strings.Contains(apiErr.Error(), tc.message) {
 				t.Fatalf("Error() = %q", apiErr.Error())
 			}
 		})
