@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"context"
 	"fmt"
 	"unicode/utf8"
 
@@ -60,6 +61,18 @@ func CheckLimit(limit int) error {
 		return fmt.Errorf("%w: negative limit %d", ErrInvalid, limit)
 	}
 	return nil
+}
+
+// CheckRead checks a Read's arguments, then ctx: ErrInvalid for a bad
+// session ID or a negative limit, ctx's error once it is done.
+func CheckRead(ctx context.Context, session string, limit int) error {
+	if err := CheckSession(session); err != nil {
+		return err
+	}
+	if err := CheckLimit(limit); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // Resubmission decides what Append does with a prepared batch (see

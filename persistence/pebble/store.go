@@ -558,13 +558,7 @@ func (s *Store) Lookup(ctx context.Context, ids []string) ([]protocol.Event, err
 // after+1 up to the acknowledged last index, and reports a gap or a record
 // that contradicts its key as ErrCorrupt.
 func (s *Store) Read(ctx context.Context, session string, after uint64, limit int) ([]protocol.Event, error) {
-	if err := persistence.CheckSession(session); err != nil {
-		return nil, err
-	}
-	if err := persistence.CheckLimit(limit); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := persistence.CheckRead(ctx, session, limit); err != nil {
 		return nil, err
 	}
 	if err := s.enter(); err != nil {

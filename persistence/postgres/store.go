@@ -467,13 +467,7 @@ func (s *Store) Lookup(ctx context.Context, ids []string) ([]protocol.Event, err
 // Read implements persistence.Store. A gap in the returned indexes is
 // reported as ErrCorrupt.
 func (s *Store) Read(ctx context.Context, session string, after uint64, limit int) ([]protocol.Event, error) {
-	if err := persistence.CheckSession(session); err != nil {
-		return nil, err
-	}
-	if err := persistence.CheckLimit(limit); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := persistence.CheckRead(ctx, session, limit); err != nil {
 		return nil, err
 	}
 	if err := s.enter(); err != nil {
