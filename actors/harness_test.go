@@ -107,15 +107,22 @@ func TestGenerationToolApproval(t *testing.T) {
 
 // toolAwareModel is an application's own model (the Go form of a custom
 // generate): it calls the weather tool once, then answers from its result.
-type toolAwareModel struct {
+type toolAwareModel struct{ requestLog }
+
+// requestLog records the requests a test model receives.
+type requestLog struct {
 	mu   sync.Mutex
 	reqs []harness.Request
 }
 
+func (l *requestLog) record(req harness.Request) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reqs = append(l.reqs, req)
+}
+
 func (m *toolAwareModel) Stream(_ context.Context, req harness.Request) (harness.Stream, error) {
-	m.mu.Lock()
-	m.reqs = append(m.reqs, req)
-	m.mu.Unlock()
+	m.record(req)
 	var result *harness.ToolOutput
 	for _, msg := range req.Messages {
 		for _, c := range msg.Content {
@@ -286,15 +293,10 @@ func TestToolRequestsInput(t *testing.T) {
 
 // providerApprovalModel calls a provider-executed tool that asks for
 // approval; once the prompt carries the approval response it answers.
-type providerApprovalModel struct {
-	mu   sync.Mutex
-	reqs []harness.Request
-}
+type providerApprovalModel struct{ requestLog }
 
 func (m *providerApprovalModel) Stream(_ context.Context, req harness.Request) (harness.Stream, error) {
-	m.mu.Lock()
-	m.reqs = append(m.reqs, req)
-	m.mu.Unlock()
+	m.record(req)
 	var approved *bool
 	for _, msg := range req.Messages {
 		for _, c := range msg.Content {
