@@ -34,7 +34,7 @@ import (
 //   - p50-µs, p99-µs: latency of one Append (or one baseline commit);
 //   - x-raw: the store's events/s over the baseline's.
 func BenchmarkAppend(b *testing.B) {
-	for _, parallel := range []int{1, 8, 64, 128} {
+	for _, parallel := range []int{1, 8, 64, 128, 1024} {
 		b.Run(fmt.Sprintf("parallel=%d", parallel), func(b *testing.B) {
 			store := &benchRun{a: newStoreAppender(b, parallel)}
 			raw := &benchRun{a: newRawAppender(b, parallel)}

@@ -131,6 +131,8 @@ type Store struct {
 	}
 	stopOnce sync.Once
 	stopped  chan struct{} // closed on Close or failure; wakes Wait
+
+	group groupCommit
 }
 
 var _ persistence.Store = (*Store)(nil)
@@ -173,7 +175,9 @@ func Open(dir string, opts Options) (st *Store, err error) {
 		return nil, fmt.Errorf("persistence/pebble: open %s: %w", dir, err)
 	}
 	s.db = db
+	s.startCommitter()
 	if err := s.checkFormat(); err != nil {
+		s.stopCommitter()
 		if !s.life.wedged {
 			_ = db.Close()
 		}
@@ -874,12 +878,17 @@ func (s *Store) Close() error {
 	s.stop()
 	if s.life.wedged {
 		s.life.Unlock()
+		// The committer recovered from the panic and commits nothing more
+		// (it checks the failed state before each group); let it end, but do
+		// not wait on anything that may touch Pebble.
+		close(s.group.stop)
 		return fmt.Errorf("persistence/pebble: not closing Pebble, whose commit pipeline is stuck after %v; reopen the directory from a new process", s.life.failure)
 	}
 	for s.life.active > 0 {
 		s.life.idle.Wait()
 	}
 	s.life.Unlock()
+	s.stopCommitter()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("persistence/pebble: close: %w", err)
 	}
@@ -927,27 +936,6 @@ func (s *Store) stopErr() error {
 }
 
 func (s *Store) stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
-
-// commit writes b with a WAL sync and returns nil only once b is durable.
-// A failure of any kind moves the store to the failed state (see the
-// package comment) and returns an error wrapping persistence.ErrFailed.
-func (s *Store) commit(b *pebbledb.Batch) (err error) {
-	defer func() {
-		r := recover()
-		if r == nil {
-			return
-		}
-		if f, ok := r.(fatalError); ok {
-			err = s.fail(f, false)
-		} else {
-			err = s.fail(fmt.Errorf("pebble commit panicked: %v", r), true)
-		}
-	}()
-	if err := b.Commit(pebbledb.Sync); err != nil {
-		return s.fail(err, false)
-	}
-	return b.Close()
-}
 
 // fail records the first failure and wakes waiters; it returns cause
 // wrapped in persistence.ErrFailed.
