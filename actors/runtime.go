@@ -317,10 +317,17 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 func (r *Runtime) Subscribe(ctx context.Context, session string, after uint64) (<-chan protocol.Event, <-chan error) {
 	out := make(chan protocol.Event, 256)
 	errc := make(chan error, 1)
+	tail, err := persistence.Follow(r.store, session, after)
+	if err != nil {
+		errc <- err
+		close(out)
+		return out, errc
+	}
 	go func() {
 		defer close(out)
+		defer tail.Close()
 		for {
-			evs, err := r.store.Read(ctx, session, after, 512)
+			evs, err := tail.Next(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
 					errc <- err
@@ -330,19 +337,9 @@ func (r *Runtime) Subscribe(ctx context.Context, session string, after uint64) (
 			for _, ev := range evs {
 				select {
 				case out <- ev:
-					after = ev.Index
 				case <-ctx.Done():
 					return
 				}
-			}
-			if len(evs) == 512 {
-				continue
-			}
-			if _, err := r.store.Wait(ctx, session, after); err != nil {
-				if ctx.Err() == nil {
-					errc <- err
-				}
-				return
 			}
 		}
 	}()

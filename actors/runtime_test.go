@@ -41,6 +41,13 @@ func (c *countingStore) Append(ctx context.Context, session string, expected uin
 	return c.Store.Append(ctx, session, expected, events)
 }
 
+// Follow passes the store's own Tail through, so that the runtime's
+// subscribers use it as they would on the bare store. (crashStore does not:
+// its subscribers read and wait, the path of stores without Follow.)
+func (c *countingStore) Follow(session string, after uint64) (persistence.Tail, error) {
+	return persistence.Follow(c.Store, session, after)
+}
+
 type fixture struct {
 	t     *testing.T
 	fs    vfs.FS

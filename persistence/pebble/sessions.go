@@ -3,6 +3,8 @@ package pebble
 import (
 	"context"
 	"sync"
+
+	"github.com/a2-runtime/a2/protocol"
 )
 
 // sessionState is what the store keeps in memory about one session.
@@ -29,14 +31,36 @@ type sessionState struct {
 	last    uint64        // acknowledged last index; valid when loaded
 	changed chan struct{} // closed and replaced each time last advances
 
+	followers map[*follower]struct{} // tails following the session (Follow)
+
 	refs int // calls holding this state; guarded by registry.mu
 }
 
-// advance records a newly acknowledged last index and wakes every waiter.
-func (st *sessionState) advance(last uint64) {
+// advance records a newly acknowledged last index, offers the batch that
+// reached it to the session's followers and wakes every waiter.
+func (st *sessionState) advance(last uint64, batch []protocol.Event) {
 	st.mu.Lock()
 	if last > st.last {
 		st.last = last
+	}
+	if len(st.followers) > 0 {
+		// Followers get copies of the envelope fields and the payloads (one
+		// allocation), nothing the appender's events carry besides (see
+		// protocol.NewProgressEvent), and nothing the appender could change.
+		size := 0
+		for i := range batch {
+			size += len(batch[i].Payload)
+		}
+		buf := make([]byte, 0, size)
+		out := make([]protocol.Event, len(batch))
+		for i, e := range batch {
+			n := len(buf)
+			buf = append(buf, e.Payload...)
+			out[i] = protocol.Event{ID: e.ID, Type: e.Type, Payload: buf[n:len(buf):len(buf)], Index: e.Index, Session: e.Session, Time: e.Time, Cause: e.Cause}
+		}
+		for f := range st.followers {
+			f.offer(out)
+		}
 	}
 	close(st.changed)
 	st.changed = make(chan struct{})

@@ -360,7 +360,7 @@ func (s *Store) Append(ctx context.Context, session string, expected uint64, eve
 	if err := s.commit(b); err != nil {
 		return nil, fmt.Errorf("append to session %q at indexes %d..%d: %w", session, last+1, newLast, err)
 	}
-	st.advance(newLast)
+	st.advance(newLast, batch)
 	return batch, nil
 }
 

@@ -59,7 +59,7 @@ func allCases() []testCase {
 	var cs []testCase
 	for _, group := range [][]testCase{
 		appendCases, fencingCases, idempotencyCases, partialDuplicateCases,
-		readCases, lookupCases, sessionsCases, tailCases, snapshotCases,
+		readCases, lookupCases, sessionsCases, tailCases, followCases, snapshotCases,
 		concurrencyCases, largeCases, lifecycleCases, invalidCases,
 	} {
 		cs = append(cs, group...)

@@ -72,21 +72,10 @@ var tailCases = []testCase{
 		}
 	}},
 	{name: "wait/unblocked-by-close", run: func(e *env) {
-		errc := make(chan error, 1)
-		go func() {
+		unblockedByClose(e, "Wait", func() error {
 			_, err := e.s.Wait(e.ctx, "s1", 0)
-			errc <- err
-		}()
-		time.Sleep(20 * time.Millisecond)
-		if err := e.s.Close(); err != nil {
-			e.t.Fatalf("Close: %v", err)
-		}
-		select {
-		case err := <-errc:
-			wantErr(e.t, "Wait on a store being closed", err, persistence.ErrClosed)
-		case <-time.After(10 * time.Second):
-			e.t.Fatal("Wait still blocked 10 s after Close")
-		}
+			return err
+		})
 	}},
 	{name: "tail/followers-see-every-index-once-in-order", run: func(e *env) {
 		followLiveTail(e, 4, 3, 240)
@@ -136,45 +125,12 @@ func followLiveTail(e *env, writers, followers, total int) {
 			}
 		}()
 	}
-	var next sync.Mutex // hands out event numbers
-	n := 0
-	writerErrs := make([]error, writers)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				next.Lock()
-				if n >= total {
-					next.Unlock()
-					return
-				}
-				n++
-				id := fmt.Sprintf("tail-%d", n)
-				next.Unlock()
-				batch := []protocol.Event{ev(id, "test.note", fmt.Sprintf(`{"writer":%d}`, w))}
-				for {
-					last, err := e.s.LastIndex(e.ctx, session)
-					if err == nil {
-						_, err = e.s.Append(e.ctx, session, last, batch)
-					}
-					if err == nil {
-						break
-					}
-					if !errors.Is(err, persistence.ErrIndexConflict) {
-						writerErrs[w] = err
-						return
-					}
-				}
-			}
-		}()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		raceWriters(e, session, writers, total)
+	}()
 	wg.Wait()
-	for w, err := range writerErrs {
-		if err != nil {
-			e.t.Fatalf("writer %d: %v", w, err)
-		}
-	}
 	final := e.log(session)
 	if len(final) != total {
 		e.t.Fatalf("log has %d events, want %d", len(final), total)
@@ -186,5 +142,69 @@ func followLiveTail(e *env, writers, followers, total int) {
 		if !sameEvents(r.events, final) {
 			e.t.Fatalf("follower %d saw %d events that differ from the log", f, len(r.events))
 		}
+	}
+}
+
+// raceWriters runs writers that append total single-event batches to one
+// session, each retrying on ErrIndexConflict, and fails the case on any
+// other error. It returns when all are written.
+func raceWriters(e *env, session string, writers, total int) {
+	var (
+		wg   sync.WaitGroup
+		next sync.Mutex // hands out event numbers
+		n    int
+	)
+	errs := make([]error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				if n >= total {
+					next.Unlock()
+					return
+				}
+				n++
+				batch := []protocol.Event{ev(fmt.Sprintf("%s-%d", session, n), "test.note", fmt.Sprintf(`{"writer":%d}`, w))}
+				next.Unlock()
+				for {
+					last, err := e.s.LastIndex(e.ctx, session)
+					if err == nil {
+						_, err = e.s.Append(e.ctx, session, last, batch)
+					}
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, persistence.ErrIndexConflict) {
+						errs[w] = err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for w, err := range errs {
+		if err != nil {
+			e.t.Errorf("writer %d: %v", w, err)
+		}
+	}
+}
+
+// unblockedByClose runs call, which blocks, closes the store and checks
+// that call returns ErrClosed soon after.
+func unblockedByClose(e *env, what string, call func() error) {
+	errc := make(chan error, 1)
+	go func() { errc <- call() }()
+	time.Sleep(20 * time.Millisecond)
+	if err := e.s.Close(); err != nil {
+		e.t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-errc:
+		wantErr(e.t, what+" on a store being closed", err, persistence.ErrClosed)
+	case <-time.After(10 * time.Second):
+		e.t.Fatal(what + " still blocked 10 s after Close")
 	}
 }
