@@ -266,8 +266,12 @@ func (s *sessionActor) laneEvents() []protocol.Event {
 			if n > max {
 				n = max
 			}
-			out = append(out, protocol.Event{ID: protocol.DeriveID("progress", s.id, gen, strconv.Itoa(l.next)), Type: protocol.TypeGenerationProgress,
-				Payload: mustJSON(protocol.GenerationProgress{GenerationID: gen, FromIndex: l.next, Chunks: l.chunks[:n]}), Cause: l.request})
+			ev, err := protocol.NewProgressEvent(protocol.DeriveID("progress", s.id, gen, strconv.Itoa(l.next)), l.request,
+				protocol.GenerationProgress{GenerationID: gen, FromIndex: l.next, Chunks: l.chunks[:n]})
+			if err != nil {
+				panic("actors: marshal " + err.Error()) // chunks always marshal, as in mustJSON
+			}
+			out = append(out, ev)
 			l.next += n
 			l.chunks = l.chunks[n:]
 		}

@@ -37,6 +37,12 @@ type Event struct {
 	// Cause is the ID of the work event whose handler produced this event, if
 	// any.
 	Cause string `json:"cause,omitempty"`
+
+	// progress is the decoded payload of a progress event built by
+	// NewProgressEvent, which Fold applies instead of decoding Payload
+	// again. It is equal to Payload's decoding by construction; events read
+	// from a store or received over the wire never have it.
+	progress *decodedProgress
 }
 
 // Built-in event types. Every type in the "ai." namespace belongs to A2;

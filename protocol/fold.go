@@ -48,9 +48,13 @@ func Fold(s *AIState, ev Event) error {
 			s.foldStarted(p)
 		}
 	case TypeGenerationProgress:
+		if d := ev.progress; d != nil {
+			err = s.foldProgress(d.generationID, d.fromIndex, d.raws, d.chunks)
+			break
+		}
 		var p progressPayload
 		if err = decodePayload(ev, &p); err == nil {
-			err = s.foldProgress(p)
+			err = s.foldProgress(p.GenerationID, p.FromIndex, p.Chunks, nil)
 		}
 	case TypeGenerationCompleted:
 		var p GenerationCompleted
@@ -636,30 +640,43 @@ type progressPayload struct {
 	Chunks       []json.RawMessage `json:"chunks"`
 }
 
-func (s *AIState) foldProgress(p progressPayload) error {
-	if s.streaming(p.GenerationID) == nil {
+// foldProgress applies the chunks of one progress payload that were not
+// applied yet. raws are the chunks' JSON; decoded, when not nil, holds
+// their decoding (NewProgressEvent), else each raw is decoded here.
+func (s *AIState) foldProgress(generationID string, fromIndex int, raws []json.RawMessage, decoded []UIMessageChunk) error {
+	if s.streaming(generationID) == nil {
 		return nil
 	}
 	pr := s.ActiveProjection
-	if pr == nil || pr.GenerationID != p.GenerationID {
+	if pr == nil || pr.GenerationID != generationID {
 		return nil
 	}
-	skip := pr.Chunks - p.FromIndex
+	skip := pr.Chunks - fromIndex
 	if skip < 0 {
-		return fmt.Errorf("progress of generation %q starts at chunk %d but only %d chunks were applied", p.GenerationID, p.FromIndex, pr.Chunks)
+		return fmt.Errorf("progress of generation %q starts at chunk %d but only %d chunks were applied", generationID, fromIndex, pr.Chunks)
 	}
-	if skip >= len(p.Chunks) {
+	if skip >= len(raws) {
 		return nil // re-delivered chunks (R-STATE-22)
 	}
 	msg := s.message(pr.ResponseMessageID)
-	for _, raw := range p.Chunks[skip:] {
-		var c UIMessageChunk
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return jsonError(fmt.Sprintf("payload.chunks[%d]", pr.Chunks-p.FromIndex), err)
+	var scratch *UIMessageChunk // decoding target, allocated once per payload
+	for i := skip; i < len(raws); i++ {
+		if decoded == nil {
+			if scratch == nil {
+				scratch = new(UIMessageChunk)
+			}
+			*scratch = UIMessageChunk{}
+			if err := json.Unmarshal(raws[i], scratch); err != nil {
+				return jsonError(fmt.Sprintf("payload.chunks[%d]", pr.Chunks-fromIndex), err)
+			}
 		}
-		pr.Entries = append(pr.Entries, raw)
+		pr.Entries = append(pr.Entries, raws[i])
 		pr.Chunks++
-		s.applyChunk(msg, pr, c, len(pr.Entries)-1)
+		if decoded != nil {
+			s.applyChunk(msg, pr, decoded[i], len(pr.Entries)-1)
+		} else {
+			s.applyChunk(msg, pr, *scratch, len(pr.Entries)-1)
+		}
 	}
 	return nil
 }
