@@ -194,7 +194,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }}
-	})
+	}, actor.WithDispatcher(s.rt.dispatcher))
 	l.pid = s.ctx.Spawn(props)
 	s.rt.opts.Logger.Debug("lane started", "session", s.id, "request", w.RequestID, "generation", gen, "attempt", attempt)
 	l.cancel = func(cause error) {}

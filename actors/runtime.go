@@ -83,12 +83,17 @@ type Runtime struct {
 	done   map[string]chan struct{}
 	closed bool
 	wg     sync.WaitGroup // session actors alive
+
+	// dispatcher runs the mailboxes of the session actors and their
+	// children.
+	dispatcher *reuseDispatcher
 }
 
 // New starts a runtime.
 func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, error) {
 	opts = opts.withDefaults()
-	r := &Runtime{store: store, agents: map[string]*Agent{}, opts: opts, sessions: map[string]*actor.PID{}, failures: map[string]int{}}
+	r := &Runtime{store: store, agents: map[string]*Agent{}, opts: opts, sessions: map[string]*actor.PID{}, failures: map[string]int{},
+		dispatcher: newReuseDispatcher(mailboxThroughput)}
 	for _, a := range agents {
 		if _, dup := r.agents[a.Name()]; dup {
 			return nil, &protocol.ConfigError{Option: "agents", Message: fmt.Sprintf("two agents are named %q", a.Name())}
@@ -123,7 +128,8 @@ func (r *Runtime) pid(agent *Agent, session string) (*actor.PID, error) {
 		return p, nil
 	}
 	s := &sessionActor{rt: r, agent: agent, id: session}
-	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
+	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithDispatcher(r.dispatcher),
+		actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
 	r.wg.Add(1)
 	p := r.system.Root.Spawn(props)
 	r.sessions[k] = p
@@ -417,7 +423,12 @@ func (r *Runtime) Close() {
 	}
 	r.wg.Wait()
 	r.system.Shutdown()
+	r.dispatcher.close()
 }
+
+// mailboxThroughput is how many messages a mailbox run processes before it
+// yields its goroutine (protoactor's default).
+const mailboxThroughput = 300
 
 // PassivateIdle asks every active session to passivate now if it is idle
 // (no write, no queued event, no running child), freeing its memory, as the

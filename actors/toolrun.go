@@ -200,7 +200,7 @@ func (s *sessionActor) execute(r *toolRun) {
 		end.cancelled = ctx.Err() != nil
 		send(end)
 	}
-	r.pid = s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &toolActor{parent: s.self, run: run} }))
+	r.pid = s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &toolActor{parent: s.self, run: run} }, actor.WithDispatcher(s.rt.dispatcher)))
 }
 
 // onToolPreliminary appends a running attempt's preliminary output at once
