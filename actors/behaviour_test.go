@@ -383,6 +383,33 @@ func TestResolverFailureAndRetry(t *testing.T) {
 	}
 }
 
+// R-PROGRESS-02: chunks a model step has at hand together (a stream that
+// says it is ready: here a script reply without delay) reach the session
+// in one message, so they share the next progress event instead of the
+// first riding alone; a batch still holds at most maxChunks.
+func TestReadyChunksShareAProgressEvent(t *testing.T) {
+	progress := func(words int) []int {
+		text := strings.TrimSpace(strings.Repeat("word ", words)) // one delta per word
+		f := newFixture(t, `{"replies":[{"text":"`+text+`"}]}`, nil)
+		return f.progressSizes("s1")
+	}
+	// start, start-step, text-start, 40 deltas, text-end, finish-step, finish
+	if got := progress(40); len(got) != 1 || got[0] != 46 {
+		t.Fatalf("a 46-chunk step at hand was written as progress events of %v chunks, want one of 46", got)
+	}
+	got := progress(300)
+	total := 0
+	for _, n := range got {
+		total += n
+		if n > protocol.DefaultMaxChunks {
+			t.Fatalf("a progress event holds %d chunks, over maxChunks", n)
+		}
+	}
+	if total != 306 || len(got) != 3 {
+		t.Fatalf("a 306-chunk step at hand was written as progress events of %v chunks, want 128, 128, 50", got)
+	}
+}
+
 // R-PROGRESS-02 R-PROGRESS-03: with maxDelayMs, chunks collect into fewer
 // progress events; without it a batch is written as soon as the previous
 // write finishes.
@@ -390,21 +417,11 @@ func TestProgressBatchingWithDelay(t *testing.T) {
 	text := strings.Repeat("word ", 200)
 	count := func(delay int) (events, chunks int) {
 		f := newFixture(t, `{"replies":[{"text":"`+text+`","delayMs":1}]}`, func(a *AgentOptions) { a.Progress.MaxDelayMs = delay })
-		f.push("s1", protocol.Inputs.Text("m1", "go"))
-		f.waitFor("s1", "done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
-		evs, err := f.store.Read(context.Background(), "s1", 0, 10000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range evs {
-			if ev.Type == protocol.TypeGenerationProgress {
-				var p protocol.GenerationProgress
-				_ = json.Unmarshal(ev.Payload, &p)
-				events++
-				chunks += len(p.Chunks)
-				if len(p.Chunks) > protocol.DefaultMaxChunks {
-					t.Fatalf("a progress event holds %d chunks", len(p.Chunks))
-				}
+		for _, n := range f.progressSizes("s1") {
+			events++
+			chunks += n
+			if n > protocol.DefaultMaxChunks {
+				t.Fatalf("a progress event holds %d chunks", n)
 			}
 		}
 		return events, chunks
@@ -488,3 +505,25 @@ func TestSubscribeFromAnyIndex(t *testing.T) {
 }
 
 func withID(ev protocol.Event, id string) protocol.Event { ev.ID = id; return ev }
+
+// progressSizes sends "go" to session, waits for the answer, and returns
+// the number of chunks of each progress event of the log, in order.
+func (f *fixture) progressSizes(session string) (sizes []int) {
+	f.t.Helper()
+	f.push(session, protocol.Inputs.Text("m-"+session, "go"))
+	f.waitFor(session, "done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+	evs, err := f.store.Read(context.Background(), session, 0, 10000)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Type == protocol.TypeGenerationProgress {
+			var p protocol.GenerationProgress
+			if err := json.Unmarshal(ev.Payload, &p); err != nil {
+				f.t.Fatal(err)
+			}
+			sizes = append(sizes, len(p.Chunks))
+		}
+	}
+	return sizes
+}

@@ -54,9 +54,11 @@ type laneEvent struct {
 	ev  protocol.Event
 }
 
+// laneChunk carries the chunks a model step produced together: one, or
+// all those a ReadyStream had at hand (at most maxChunks).
 type laneChunk struct {
-	gen   string
-	chunk protocol.UIMessageChunk
+	gen    string
+	chunks []protocol.UIMessageChunk
 }
 
 type laneEnd struct {
@@ -220,9 +222,15 @@ func (s *sessionActor) onLane(m any) {
 		}
 	case *laneChunk:
 		if l := s.lanes[m.gen]; l != nil && l.end == nil {
-			l.chunks = append(l.chunks, m.chunk)
-			if protocol.IsBoundaryChunk(m.chunk) {
-				l.boundary = true
+			if len(l.chunks) == 0 {
+				l.chunks = m.chunks // the lane hands its batch over
+			} else {
+				l.chunks = append(l.chunks, m.chunks...)
+			}
+			for _, c := range m.chunks {
+				if protocol.IsBoundaryChunk(c) {
+					l.boundary = true
+				}
 			}
 		}
 	case *laneEnd:
@@ -420,12 +428,25 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	defer stream.Close()
 	result := &laneEnd{gen: in.gen, estimate: protocol.TokensOf(bytes), bytes: bytes}
+	// Chunks the stream has at hand go together, up to maxChunks; the
+	// rest as they come (R-PROGRESS-02).
+	ready, _ := stream.(harness.ReadyStream)
+	var batch []protocol.UIMessageChunk
+	flush := func() {
+		if len(batch) > 0 {
+			send(&laneChunk{gen: in.gen, chunks: batch})
+			// The next batch is likely the size of this one: one
+			// allocation instead of a doubling series of large chunks.
+			batch = make([]protocol.UIMessageChunk, 0, len(batch))
+		}
+	}
 	for {
 		c, err := stream.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
+			flush()
 			end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 			return
 		}
@@ -435,31 +456,34 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		if c.Type == protocol.ChunkFinish {
 			result.finishReason = c.FinishReason
 		}
-		for _, out := range checkToolCall(in, gs, c) {
-			send(&laneChunk{gen: in.gen, chunk: out})
+		batch = appendChecked(batch, in, gs, c)
+		if ready == nil || len(batch) >= in.agent.progress.MaxChunks || !ready.Ready() {
+			flush()
 		}
 	}
+	flush()
 	end(result)
 }
 
-// checkToolCall validates a local tool call's input against the tool's
-// schema, turning a rejected input into an error result the model sees
-// (the tool does not run), and asks for approval when the tool's predicate
-// or the generation's ToolApproval policy says so (R-APPROVAL-09: it is evaluated once for the durable call).
-func checkToolCall(in laneInput, gs harness.GenerationSettings, c protocol.UIMessageChunk) []protocol.UIMessageChunk {
+// appendChecked appends chunk c to out, checked: a local tool call's input
+// is validated against the tool's schema, a rejected input becoming an
+// error result the model sees (the tool does not run), and approval is
+// asked when the tool's predicate or the generation's ToolApproval policy
+// says so (R-APPROVAL-09: it is evaluated once for the durable call).
+func appendChecked(out []protocol.UIMessageChunk, in laneInput, gs harness.GenerationSettings, c protocol.UIMessageChunk) []protocol.UIMessageChunk {
 	if c.Type != protocol.ChunkToolInputAvailable || (c.ProviderExec != nil && *c.ProviderExec) {
-		return []protocol.UIMessageChunk{c}
+		return append(out, c)
 	}
 	t, ok := in.agent.tools.Get(c.ToolName)
 	if !ok {
-		return []protocol.UIMessageChunk{{Type: protocol.ChunkToolInputError, ToolCallID: c.ToolCallID, ToolName: c.ToolName,
-			Input: c.Input, ErrorText: "no tool named " + strconv.Quote(c.ToolName) + " is available"}}
+		return append(out, protocol.UIMessageChunk{Type: protocol.ChunkToolInputError, ToolCallID: c.ToolCallID, ToolName: c.ToolName,
+			Input: c.Input, ErrorText: "no tool named " + strconv.Quote(c.ToolName) + " is available"})
 	}
 	if err := in.agent.tools.Validate(c.ToolName, c.Input); err != nil {
-		return []protocol.UIMessageChunk{{Type: protocol.ChunkToolInputError, ToolCallID: c.ToolCallID, ToolName: c.ToolName,
-			Input: c.Input, ErrorText: err.Error()}}
+		return append(out, protocol.UIMessageChunk{Type: protocol.ChunkToolInputError, ToolCallID: c.ToolCallID, ToolName: c.ToolName,
+			Input: c.Input, ErrorText: err.Error()})
 	}
-	out := []protocol.UIMessageChunk{c}
+	out = append(out, c)
 	if (t.NeedsApproval != nil && t.NeedsApproval(c.Input)) || (gs.ToolApproval != nil && gs.ToolApproval(c.ToolName, c.Input)) {
 		out = append(out, protocol.UIMessageChunk{Type: protocol.ChunkToolApproval, ToolCallID: c.ToolCallID,
 			ApprovalID: protocol.DeriveID("approval", in.gen, c.ToolCallID)})

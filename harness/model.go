@@ -28,6 +28,17 @@ type Stream interface {
 	Close() error
 }
 
+// ReadyStream is a Stream that can tell whether its next chunk is already
+// at hand: decoded, or received and buffered, so that Next would return it
+// without waiting for the model. The runtime hands the chunks that arrive
+// together (one network read, say) to the session in one message, so they
+// share a progress event instead of the first of them riding alone. Ready
+// must not block; a stream that cannot tell returns false.
+type ReadyStream interface {
+	Stream
+	Ready() bool
+}
+
 // Request is one model step's prompt and settings.
 type Request struct {
 	// Model is the model ID as the provider knows it.

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/internal/provider/providertest"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -59,15 +60,6 @@ func fixture(t *testing.T, name string) []byte {
 	return b
 }
 
-func events(raw []byte) [][]byte {
-	var out [][]byte
-	for _, e := range bytes.SplitAfter(raw, []byte("\n\n")) {
-		if len(e) > 0 {
-			out = append(out, e)
-		}
-	}
-	return out
-}
 
 // replay serves a fixture event by event, flushing after each.
 func replay(t *testing.T, name string) (*httptest.Server, *captured) {
@@ -77,7 +69,7 @@ func replay(t *testing.T, name string) (*httptest.Server, *captured) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.record(r)
 		w.Header().Set("Content-Type", "text/event-stream")
-		for _, e := range events(raw) {
+		for _, e := range providertest.Events(raw) {
 			_, _ = w.Write(e)
 			w.(http.Flusher).Flush()
 		}
@@ -108,19 +100,6 @@ func open(t *testing.T, m *Model, ctx context.Context, req harness.Request) *Str
 	return s
 }
 
-func drain(t *testing.T, s harness.Stream) ([]protocol.UIMessageChunk, error) {
-	t.Helper()
-	var out []protocol.UIMessageChunk
-	for i := 0; i < 10000; i++ {
-		c, err := s.Next()
-		if err != nil {
-			return out, err
-		}
-		out = append(out, c)
-	}
-	t.Fatal("the stream never ended")
-	return nil, nil
-}
 
 func mustJSON(t *testing.T, v any) string {
 	t.Helper()
@@ -150,7 +129,7 @@ func TestTextStream(t *testing.T) {
 	req := simpleRequest()
 	req.Headers = map[string]string{"x-trace": "t-1"}
 	s := open(t, m, context.Background(), req)
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
 		t.Fatalf("want io.EOF, got %v", err)
 	}
@@ -192,7 +171,7 @@ func TestTextStream(t *testing.T) {
 func TestThinkingStream(t *testing.T) {
 	srv, _ := replay(t, "thinking.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
 		t.Fatal(err)
 	}
@@ -217,7 +196,7 @@ func TestThinkingStream(t *testing.T) {
 func TestThinkingRoundTrip(t *testing.T) {
 	srv, _ := replay(t, "thinking.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
 		t.Fatal(err)
 	}
@@ -245,7 +224,7 @@ func TestThinkingRoundTrip(t *testing.T) {
 func TestToolUseSplitAtAwkwardBoundaries(t *testing.T) {
 	srv, _ := replay(t, "tool_use.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
 		t.Fatal(err)
 	}
@@ -298,7 +277,7 @@ func TestToolUseSplitAtAwkwardBoundaries(t *testing.T) {
 func TestInvalidToolInputAndMaxTokens(t *testing.T) {
 	srv, _ := replay(t, "tool_invalid.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
 		t.Fatal(err)
 	}
@@ -323,7 +302,7 @@ func TestInvalidToolInputAndMaxTokens(t *testing.T) {
 func TestErrorEventMidStream(t *testing.T) {
 	srv, _ := replay(t, "error_midstream.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	assertChunks(t, chunks, []protocol.UIMessageChunk{
 		{Type: "start"}, {Type: "start-step"},
 		{Type: "text-start", ID: "G1-t1"},
@@ -410,7 +389,7 @@ func TestJSONInsteadOfAStream(t *testing.T) {
 }
 
 func TestConnectionCutMidStream(t *testing.T) {
-	evs := events(fixture(t, "text.sse"))
+	evs := providertest.Events(fixture(t, "text.sse"))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, e := range evs[:4] {
 			_, _ = w.Write(e)
@@ -426,7 +405,7 @@ func TestConnectionCutMidStream(t *testing.T) {
 	}))
 	defer srv.Close()
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err == nil || err == io.EOF || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("want an error wrapping io.ErrUnexpectedEOF, got %v", err)
 	}
@@ -436,7 +415,7 @@ func TestConnectionCutMidStream(t *testing.T) {
 }
 
 func TestCleanEndBeforeMessageStop(t *testing.T) {
-	evs := events(fixture(t, "text.sse"))
+	evs := providertest.Events(fixture(t, "text.sse"))
 	serve := func(n int) *httptest.Server {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for _, e := range evs[:n] {
@@ -447,17 +426,17 @@ func TestCleanEndBeforeMessageStop(t *testing.T) {
 		return srv
 	}
 	s := open(t, New(Options{BaseURL: serve(6).URL}), context.Background(), simpleRequest())
-	if _, err := drain(t, s); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err := providertest.Drain(t, s); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("before the stop reason: %v", err)
 	}
 	s = open(t, New(Options{BaseURL: serve(len(evs) - 1).URL}), context.Background(), simpleRequest())
-	if chunks, err := drain(t, s); err != io.EOF || chunks[len(chunks)-1].FinishReason != "stop" {
+	if chunks, err := providertest.Drain(t, s); err != io.EOF || chunks[len(chunks)-1].FinishReason != "stop" {
 		t.Fatalf("after message_delta: %v %+v", err, chunks)
 	}
 }
 
 func TestCancelSlowStream(t *testing.T) {
-	evs := events(fixture(t, "text.sse"))
+	evs := providertest.Events(fixture(t, "text.sse"))
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -592,7 +571,7 @@ func goldenRequest() harness.Request {
 func TestRequestBodyGolden(t *testing.T) {
 	srv, got := replay(t, "text.sse")
 	s := open(t, New(Options{BaseURL: srv.URL + "/v1"}), context.Background(), goldenRequest())
-	if _, err := drain(t, s); err != io.EOF {
+	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
 	if got.path != "/v1/messages" {
@@ -753,4 +732,12 @@ func FuzzStream(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Ready is true only while Next returns at once, and holds no chunk back
+// (harness.ReadyStream; the runtime sends the chunks a stream has at hand
+// to the session together).
+func TestReady(t *testing.T) {
+	open := func(body io.ReadCloser) harness.ReadyStream { return newStream(context.Background(), body, "G1") }
+	providertest.CheckReady(t, open, fixture(t, "text.sse"), 4, "")
 }

@@ -75,7 +75,7 @@ type contentBlock struct {
 	redacted  string
 }
 
-var _ harness.Stream = (*Stream)(nil)
+var _ harness.ReadyStream = (*Stream)(nil)
 
 func newStream(ctx context.Context, body io.ReadCloser, generationID string) *Stream {
 	s := &Stream{ctx: ctx, body: body, sse: sse.NewReader(body), blocks: map[int]*contentBlock{}}
@@ -118,6 +118,28 @@ func (s *Stream) isClosed() bool {
 	s.closedMu.Lock()
 	defer s.closedMu.Unlock()
 	return s.closed
+}
+
+// Ready implements harness.ReadyStream. It decodes the server-sent events
+// already buffered until one yields a chunk (an event may yield none: a
+// ping, a usage-only chunk), so that it is true only when Next returns at
+// once.
+func (s *Stream) Ready() bool {
+	for len(s.queue) == 0 && s.err == nil && !s.ended {
+		if !s.started {
+			return true // Next emits the start chunks without reading
+		}
+		if !s.sse.Buffered() {
+			return false
+		}
+		ev, err := s.sse.Next() // a whole event is buffered: no read
+		if err != nil {
+			s.readFailed(err)
+		} else if err := s.handle(ev); err != nil {
+			s.fail(err)
+		}
+	}
+	return true
 }
 
 // Next returns the next chunk; io.EOF after finish; the context's error

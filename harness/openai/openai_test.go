@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/internal/provider/providertest"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -62,16 +63,6 @@ func fixture(t *testing.T, name string) []byte {
 	return b
 }
 
-// events splits an SSE fixture into its events, each with its blank line.
-func events(raw []byte) [][]byte {
-	var out [][]byte
-	for _, e := range bytes.SplitAfter(raw, []byte("\n\n")) {
-		if len(e) > 0 {
-			out = append(out, e)
-		}
-	}
-	return out
-}
 
 // replay serves a fixture event by event, flushing after each, so the
 // client reads it across many network reads.
@@ -82,7 +73,7 @@ func replay(t *testing.T, name string) (*httptest.Server, *captured) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.record(r)
 		w.Header().Set("Content-Type", "text/event-stream")
-		for _, e := range events(raw) {
+		for _, e := range providertest.Events(raw) {
 			_, _ = w.Write(e)
 			w.(http.Flusher).Flush()
 		}
@@ -113,21 +104,6 @@ func open(t *testing.T, m *Model, ctx context.Context, req harness.Request) *Str
 	return s
 }
 
-// drain reads chunks until an error; it returns the chunks and the error
-// (io.EOF for a complete stream).
-func drain(t *testing.T, s harness.Stream) ([]protocol.UIMessageChunk, error) {
-	t.Helper()
-	var out []protocol.UIMessageChunk
-	for i := 0; i < 10000; i++ {
-		c, err := s.Next()
-		if err != nil {
-			return out, err
-		}
-		out = append(out, c)
-	}
-	t.Fatal("the stream never ended")
-	return nil, nil
-}
 
 func mustJSON(t *testing.T, v any) string {
 	t.Helper()
@@ -157,7 +133,7 @@ func TestTextStreamWithUsageOnlyFinalChunk(t *testing.T) {
 	req := simpleRequest()
 	req.Headers = map[string]string{"x-trace": "t-1"}
 	s := open(t, m, context.Background(), req)
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
 		t.Fatalf("want io.EOF, got %v", err)
 	}
@@ -201,7 +177,7 @@ func TestReasoningStreams(t *testing.T) {
 	t.Run("reasoning_content", func(t *testing.T) {
 		srv, _ := replay(t, "reasoning.sse")
 		s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-		chunks, err := drain(t, s)
+		chunks, err := providertest.Drain(t, s)
 		if err != io.EOF {
 			t.Fatal(err)
 		}
@@ -221,7 +197,7 @@ func TestReasoningStreams(t *testing.T) {
 	t.Run("reasoning", func(t *testing.T) {
 		srv, _ := replay(t, "reasoning_field.sse")
 		s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-		chunks, err := drain(t, s)
+		chunks, err := providertest.Drain(t, s)
 		if err != io.EOF {
 			t.Fatal(err)
 		}
@@ -243,7 +219,7 @@ func TestReasoningStreams(t *testing.T) {
 func TestParallelToolCallsSplitAtAwkwardBoundaries(t *testing.T) {
 	srv, _ := replay(t, "tool_calls.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
 		t.Fatal(err)
 	}
@@ -305,7 +281,7 @@ func TestParallelToolCallsSplitAtAwkwardBoundaries(t *testing.T) {
 func TestInvalidToolArgumentsAreAToolInputError(t *testing.T) {
 	srv, _ := replay(t, "tool_invalid.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
 		t.Fatal(err)
 	}
@@ -333,7 +309,7 @@ func TestInvalidToolArgumentsAreAToolInputError(t *testing.T) {
 func TestErrorMidStream(t *testing.T) {
 	srv, _ := replay(t, "error_midstream.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	assertChunks(t, chunks, []protocol.UIMessageChunk{
 		{Type: "start"}, {Type: "start-step"},
 		{Type: "text-start", ID: "G1-t1"},
@@ -422,7 +398,7 @@ func TestJSONInsteadOfAStream(t *testing.T) {
 
 // A connection cut mid-stream is an error, never a silent end.
 func TestConnectionCutMidStream(t *testing.T) {
-	evs := events(fixture(t, "text.sse"))
+	evs := providertest.Events(fixture(t, "text.sse"))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, e := range evs[:3] {
@@ -439,7 +415,7 @@ func TestConnectionCutMidStream(t *testing.T) {
 	}))
 	defer srv.Close()
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err == nil || err == io.EOF || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("want an error wrapping io.ErrUnexpectedEOF, got %v", err)
 	}
@@ -451,7 +427,7 @@ func TestConnectionCutMidStream(t *testing.T) {
 // A body that ends cleanly before the finish reason is also an error; one
 // that ends after it without [DONE] (some servers) completes.
 func TestCleanEndOfBody(t *testing.T) {
-	evs := events(fixture(t, "text.sse"))
+	evs := providertest.Events(fixture(t, "text.sse"))
 	serve := func(n int) *httptest.Server {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for _, e := range evs[:n] {
@@ -462,11 +438,11 @@ func TestCleanEndOfBody(t *testing.T) {
 		return srv
 	}
 	s := open(t, New(Options{BaseURL: serve(3).URL}), context.Background(), simpleRequest())
-	if _, err := drain(t, s); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err := providertest.Drain(t, s); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("before finish: %v", err)
 	}
 	s = open(t, New(Options{BaseURL: serve(len(evs) - 1).URL}), context.Background(), simpleRequest())
-	chunks, err := drain(t, s)
+	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF || chunks[len(chunks)-1].FinishReason != "stop" {
 		t.Fatalf("after finish: %v %+v", err, chunks)
 	}
@@ -476,7 +452,7 @@ func TestCleanEndOfBody(t *testing.T) {
 }
 
 func TestCancelSlowStream(t *testing.T) {
-	evs := events(fixture(t, "text.sse"))
+	evs := providertest.Events(fixture(t, "text.sse"))
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -613,7 +589,7 @@ func goldenRequest() harness.Request {
 func TestRequestBodyGolden(t *testing.T) {
 	srv, got := replay(t, "text.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), goldenRequest())
-	if _, err := drain(t, s); err != io.EOF {
+	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
 	var want map[string]any
@@ -659,7 +635,7 @@ func TestGatewayDefaultsReachTheWire(t *testing.T) {
 	}, req.SessionID)
 	req.Headers = harness.RequestHeaders(nil, req.Settings)
 	s := open(t, m, context.Background(), req)
-	if _, err := drain(t, s); err != io.EOF {
+	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
 	if got.host != gatewayHost || got.path != "/v1/chat/completions" {
@@ -690,7 +666,7 @@ func TestSessionAffinitySuppressed(t *testing.T) {
 	req.Settings = harness.WithGatewayDefaults(harness.GenerationSettings{Headers: map[string]*string{"X-Session-Affinity": nil}}, "S1")
 	req.Headers = harness.RequestHeaders(nil, req.Settings)
 	s := open(t, m, context.Background(), req)
-	if _, err := drain(t, s); err != io.EOF {
+	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
 	if v, ok := got.header[http.CanonicalHeaderKey(harness.SessionAffinityHeader)]; ok {
@@ -705,7 +681,7 @@ func TestGatewayOptionsOnlyForTheGateway(t *testing.T) {
 	req := simpleRequest()
 	req.Settings = harness.WithGatewayDefaults(harness.GenerationSettings{}, "S1")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), req)
-	if _, err := drain(t, s); err != io.EOF {
+	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
 	if _, ok := got.bodyJSON(t)["providerOptions"]; ok {
@@ -725,7 +701,7 @@ func TestOpenAIHostSpecifics(t *testing.T) {
 	req.Settings.MaxOutputTokens = &n
 	req.Settings.Reasoning = "provider-default"
 	s := open(t, m, context.Background(), req)
-	if _, err := drain(t, s); err != io.EOF {
+	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
 	body := got.bodyJSON(t)
@@ -850,4 +826,12 @@ func FuzzStream(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Ready is true only while Next returns at once, and holds no chunk back
+// (harness.ReadyStream; the runtime sends the chunks a stream has at hand
+// to the session together).
+func TestReady(t *testing.T) {
+	open := func(body io.ReadCloser) harness.ReadyStream { return newStream(context.Background(), body, "G1") }
+	providertest.CheckReady(t, open, fixture(t, "text.sse"), 3, "Hello")
 }

@@ -387,6 +387,22 @@ func (s *stream) Next() (protocol.UIMessageChunk, error) {
 	}
 }
 
+// Ready implements harness.ReadyStream: the next chunk comes without a
+// delay and is not held by a gate that is still closed.
+func (s *stream) Ready() bool {
+	if s.closed || s.pos >= len(s.chunks) || s.reply.DelayMs > 0 {
+		return false
+	}
+	if g := s.chunks[s.pos].gate; g != "" {
+		select {
+		case <-s.m.gate(g):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Close implements harness.Stream.
 func (s *stream) Close() error { s.closed = true; return nil }
 

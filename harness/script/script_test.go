@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/internal/provider/providertest"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -17,20 +18,6 @@ func userReq(session, text string) harness.Request {
 		Content: []harness.ContentPart{{Type: harness.ContentText, Text: text}}}}}
 }
 
-func drain(t *testing.T, s harness.Stream) ([]protocol.UIMessageChunk, error) {
-	t.Helper()
-	var out []protocol.UIMessageChunk
-	for {
-		c, err := s.Next()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, c)
-	}
-}
 
 func texts(cs []protocol.UIMessageChunk) string {
 	var b strings.Builder
@@ -62,19 +49,19 @@ func TestRepliesAndChunks(t *testing.T) {
 	m := New(s)
 	ctx := context.Background()
 	st, _ := m.Stream(ctx, userReq("s", "what about the WEATHER?"))
-	cs, err := drain(t, st)
-	if err != nil || texts(cs) != "sun|ny |day|" {
+	cs, err := providertest.Drain(t, st)
+	if err != io.EOF || texts(cs) != "sun|ny |day|" {
 		t.Fatalf("%q %v", texts(cs), err)
 	}
 	if cs[len(cs)-1].Type != protocol.ChunkFinish || cs[len(cs)-1].FinishReason != "stop" || UsageOf(cs[len(cs)-1]) == nil {
 		t.Fatalf("finish %+v", cs[len(cs)-1])
 	}
 	st, _ = m.Stream(ctx, userReq("s", "anything"))
-	if cs, _ := drain(t, st); texts(cs) != "in |order|" {
+	if cs, _ := providertest.Drain(t, st); texts(cs) != "in |order|" {
 		t.Fatalf("order: %q", texts(cs))
 	}
 	st, _ = m.Stream(ctx, userReq("s", "use a tool"))
-	cs, _ = drain(t, st)
+	cs, _ = providertest.Drain(t, st)
 	found := false
 	for _, c := range cs {
 		if c.Type == protocol.ChunkToolInputAvailable && c.ToolCallID == "c1" && string(c.Input) == `{"a":1}` {
@@ -88,7 +75,7 @@ func TestRepliesAndChunks(t *testing.T) {
 		t.Fatal("no tool call")
 	}
 	st, _ = m.Stream(ctx, userReq("s", "boom"))
-	if _, err := drain(t, st); !errors.As(err, new(*ProviderError)) {
+	if _, err := providertest.Drain(t, st); !errors.As(err, new(*ProviderError)) {
 		t.Fatalf("error %v", err)
 	}
 	if _, err := m.Stream(ctx, userReq("s", "nothing left")); err == nil {
@@ -107,7 +94,7 @@ func TestGatesAndCancellation(t *testing.T) {
 	st, _ := m.Stream(context.Background(), userReq("s", "x"))
 	got := make(chan string, 1)
 	go func() {
-		cs, _ := drain(t, st)
+		cs, _ := providertest.Drain(t, st)
 		got <- texts(cs)
 	}()
 	select {
@@ -130,7 +117,47 @@ func TestGatesAndCancellation(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	st2, _ := m2.Stream(ctx, userReq("s", "x"))
 	go func() { time.Sleep(10 * time.Millisecond); cancel(cause) }()
-	if _, err := drain(t, st2); !errors.Is(err, cause) {
+	if _, err := providertest.Drain(t, st2); !errors.Is(err, cause) {
 		t.Fatalf("cancel: %v", err)
+	}
+}
+
+// Ready (harness.ReadyStream) says whether Next returns without waiting:
+// true through a reply without delay, false at a gate still closed (true
+// once it is released), false when every chunk waits delayMs, and false at
+// the end.
+func TestReady(t *testing.T) {
+	s, _ := Parse([]byte(`{"replies":[{"text":"a b c","gate":"g"},{"text":"x","delayMs":5}]}`))
+	m := New(s)
+	st, _ := m.Stream(context.Background(), userReq("s", "x"))
+	rs, ok := st.(harness.ReadyStream)
+	if !ok {
+		t.Fatal("the script stream is not a harness.ReadyStream")
+	}
+	var before []string // chunk types returned while Ready said true
+	for rs.Ready() {
+		c, err := rs.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, c.Type+":"+c.Delta)
+	}
+	if got := strings.Join(before, ","); got != "start:,start-step:,text-start:,text-delta:a " {
+		t.Fatalf("chunks ready before the closed gate: %s", got)
+	}
+	m.Release("g")
+	if !rs.Ready() {
+		t.Fatal("not ready after the gate was released")
+	}
+	rest, err := providertest.Drain(t, rs)
+	if err != io.EOF || texts(rest) != "b |c|" {
+		t.Fatalf("after the gate: %q, %v", texts(rest), err)
+	}
+	if rs.Ready() {
+		t.Fatal("ready at the end of the stream")
+	}
+	st2, _ := m.Stream(context.Background(), userReq("s", "y"))
+	if st2.(harness.ReadyStream).Ready() {
+		t.Fatal("a reply whose chunks wait delayMs says ready")
 	}
 }

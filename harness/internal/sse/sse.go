@@ -76,6 +76,41 @@ func (s *Reader) Next() (Event, error) {
 	}
 }
 
+// Buffered reports whether a whole event is already received and buffered,
+// so that Next returns it without reading from the connection. It reads
+// the buffered lines as Next would: comments and empty events do not
+// count. It does not block.
+func (s *Reader) Buffered() bool {
+	b, _ := s.r.Peek(s.r.Buffered()) // what is buffered: Peek does not read
+	pending := false                 // a data or event field since the last boundary
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return false
+		}
+		line := bytes.TrimSuffix(b[:i], []byte("\r"))
+		b = b[i+1:]
+		switch {
+		case len(line) == 0:
+			if pending {
+				return true
+			}
+		case line[0] == ':':
+		default:
+			field, value, found := bytes.Cut(line, []byte(":"))
+			if found && len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+			switch string(field) {
+			case "data":
+				pending = true
+			case "event":
+				pending = pending || len(value) > 0
+			}
+		}
+	}
+}
+
 // readLine returns one line without its line ending ("\n" or "\r\n"). A
 // last line without a line ending is returned with io.EOF.
 func (s *Reader) readLine(limit int) ([]byte, error) {
