@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/a2-runtime/a2/harness/internal/sse"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/internal/provider"
+	"github.com/a2-runtime/a2/harness/internal/sse"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -30,23 +29,10 @@ import (
 // Usage and FinishReason report the same values to the harness after the
 // stream ended.
 type Stream struct {
-	ctx  context.Context
-	body io.ReadCloser
-	sse  *sse.Reader
+	core provider.Stream
 
-	closeOnce sync.Once
-	closedMu  sync.Mutex
-	closed    bool
-
-	queue   []protocol.UIMessageChunk
-	started bool
-	ended   bool
-	err     error
-
-	idPrefix string
-	nextID   int
-	blocks   map[int]*contentBlock
-	sawStop  bool
+	blocks  map[int]*contentBlock
+	sawStop bool
 
 	mu           sync.Mutex
 	stopReason   string
@@ -78,12 +64,25 @@ type contentBlock struct {
 var _ harness.ReadyStream = (*Stream)(nil)
 
 func newStream(ctx context.Context, body io.ReadCloser, generationID string) *Stream {
-	s := &Stream{ctx: ctx, body: body, sse: sse.NewReader(body), blocks: map[int]*contentBlock{}}
-	if generationID != "" {
-		s.idPrefix = generationID + "-"
-	}
+	s := &Stream{blocks: map[int]*contentBlock{}}
+	s.core.Init(ctx, body, generationID, "anthropic", "message_stop", ErrStreamClosed,
+		provider.Decoder{Handle: s.handle, Complete: func() bool { return s.sawStop }, Finish: s.finish})
 	return s
 }
+
+// Close releases the connection. It is safe to call more than once and
+// while Next blocks; Next then returns ErrStreamClosed.
+func (s *Stream) Close() error { return s.core.Close() }
+
+// Next returns the next chunk; io.EOF after finish; the context's error
+// when ctx was cancelled; an *APIError for an error the server streamed;
+// an error wrapping io.ErrUnexpectedEOF when the connection ended before
+// the response did.
+func (s *Stream) Next() (protocol.UIMessageChunk, error) { return s.core.Next() }
+
+// Ready implements harness.ReadyStream: true only when Next returns at
+// once (it decodes buffered events until one yields a chunk).
+func (s *Stream) Ready() bool { return s.core.Ready() }
 
 // Usage returns the token usage the server reported, and whether it
 // reported any: inputTokens counts every prompt token (input_tokens plus
@@ -102,115 +101,6 @@ func (s *Stream) FinishReason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.finishReason
-}
-
-// Close releases the connection. It is safe to call more than once and
-// while Next blocks; Next then returns ErrStreamClosed.
-func (s *Stream) Close() error {
-	s.closedMu.Lock()
-	s.closed = true
-	s.closedMu.Unlock()
-	s.closeOnce.Do(func() { _ = s.body.Close() })
-	return nil
-}
-
-func (s *Stream) isClosed() bool {
-	s.closedMu.Lock()
-	defer s.closedMu.Unlock()
-	return s.closed
-}
-
-// Ready implements harness.ReadyStream. It decodes the server-sent events
-// already buffered until one yields a chunk (an event may yield none: a
-// ping, a usage-only chunk), so that it is true only when Next returns at
-// once.
-func (s *Stream) Ready() bool {
-	for len(s.queue) == 0 && s.err == nil && !s.ended {
-		if !s.started {
-			return true // Next emits the start chunks without reading
-		}
-		if !s.sse.Buffered() {
-			return false
-		}
-		ev, err := s.sse.Next() // a whole event is buffered: no read
-		if err != nil {
-			s.readFailed(err)
-		} else if err := s.handle(ev); err != nil {
-			s.fail(err)
-		}
-	}
-	return true
-}
-
-// Next returns the next chunk; io.EOF after finish; the context's error
-// when ctx was cancelled; an *APIError for an error event; an error
-// wrapping io.ErrUnexpectedEOF when the connection ended before
-// message_stop.
-func (s *Stream) Next() (protocol.UIMessageChunk, error) {
-	for {
-		if s.err == nil && !s.ended {
-			if err := s.ctx.Err(); err != nil {
-				s.fail(err)
-				s.queue = nil
-			} else if s.isClosed() {
-				s.fail(ErrStreamClosed)
-				s.queue = nil
-			}
-		}
-		if len(s.queue) > 0 {
-			c := s.queue[0]
-			s.queue = s.queue[1:]
-			return c, nil
-		}
-		if s.err != nil {
-			return protocol.UIMessageChunk{}, s.err
-		}
-		if s.ended {
-			return protocol.UIMessageChunk{}, io.EOF
-		}
-		if !s.started {
-			s.started = true
-			s.emit(protocol.UIMessageChunk{Type: protocol.ChunkStart}, protocol.UIMessageChunk{Type: protocol.ChunkStartStep})
-			continue
-		}
-		ev, err := s.sse.Next()
-		if err != nil {
-			s.readFailed(err)
-			continue
-		}
-		if err := s.handle(ev); err != nil {
-			s.fail(err)
-		}
-	}
-}
-
-func (s *Stream) readFailed(err error) {
-	switch {
-	case s.ctx.Err() != nil:
-		s.fail(s.ctx.Err())
-	case s.isClosed():
-		s.fail(ErrStreamClosed)
-	case errors.Is(err, io.EOF) && s.sawStop:
-		s.finish()
-	case errors.Is(err, io.EOF):
-		s.fail(fmt.Errorf("anthropic: the stream ended before message_stop: %w", io.ErrUnexpectedEOF))
-	default:
-		s.fail(fmt.Errorf("anthropic: reading the stream: %w", err))
-	}
-}
-
-func (s *Stream) fail(err error) {
-	if s.err == nil {
-		s.err = err
-		s.closeOnce.Do(func() { _ = s.body.Close() })
-	}
-}
-
-func (s *Stream) emit(c ...protocol.UIMessageChunk) { s.queue = append(s.queue, c...) }
-
-func (s *Stream) newID(kind string) string {
-	s.nextID++
-	return s.idPrefix + kind + strconv.Itoa(s.nextID)
 }
 
 // event is any message stream event; the fields of each type are
@@ -354,26 +244,26 @@ func (s *Stream) startBlock(index int, ev event) {
 	b := &contentBlock{}
 	switch cb.Type {
 	case "text":
-		b.kind, b.id = kindText, s.newID("t")
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: b.id})
+		b.kind, b.id = kindText, s.core.NewID("t")
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: b.id})
 		s.blocks[index] = b
 		s.textDelta(b, cb.Text)
 	case "thinking":
-		b.kind, b.id = kindThinking, s.newID("r")
+		b.kind, b.id = kindThinking, s.core.NewID("r")
 		b.signature.WriteString(cb.Signature)
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningStart, ID: b.id})
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningStart, ID: b.id})
 		s.blocks[index] = b
 		s.reasoningDelta(b, cb.Thinking)
 	case "redacted_thinking":
-		b.kind, b.id, b.redacted = kindRedacted, s.newID("r"), cb.Data
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningStart, ID: b.id})
+		b.kind, b.id, b.redacted = kindRedacted, s.core.NewID("r"), cb.Data
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningStart, ID: b.id})
 		s.blocks[index] = b
 	case "tool_use":
 		b.kind, b.id, b.name, b.initial = kindTool, cb.ID, cb.Name, cb.Input
 		if b.id == "" {
-			b.id = s.newID("toolu_")
+			b.id = s.core.NewID("toolu_")
 		}
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputStart, ToolCallID: b.id, ToolName: b.name})
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputStart, ToolCallID: b.id, ToolName: b.name})
 		s.blocks[index] = b
 	}
 	// Server tool blocks (server_tool_use, web_search_tool_result, ...)
@@ -383,7 +273,7 @@ func (s *Stream) startBlock(index int, ev event) {
 func (s *Stream) textDelta(b *contentBlock, raw json.RawMessage) {
 	if t, _ := sse.RawString(raw); len(t) > 0 {
 		if d := b.text.Push(t); d != "" {
-			s.emit(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: b.id, Delta: d})
+			s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: b.id, Delta: d})
 		}
 	}
 }
@@ -391,7 +281,7 @@ func (s *Stream) textDelta(b *contentBlock, raw json.RawMessage) {
 func (s *Stream) reasoningDelta(b *contentBlock, raw json.RawMessage) {
 	if t, _ := sse.RawString(raw); len(t) > 0 {
 		if d := b.text.Push(t); d != "" {
-			s.emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: b.id, Delta: d})
+			s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: b.id, Delta: d})
 		}
 	}
 }
@@ -416,7 +306,7 @@ func (s *Stream) blockDelta(index int, ev event) {
 		}
 		b.args = append(b.args, part...)
 		if t := b.text.Push(part); t != "" {
-			s.emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: b.id, InputTextDelta: t})
+			s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: b.id, InputTextDelta: t})
 		}
 	}
 }
@@ -431,29 +321,29 @@ func (s *Stream) stopBlock(index int) {
 	switch b.kind {
 	case kindText:
 		if rest != "" {
-			s.emit(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: b.id, Delta: rest})
+			s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: b.id, Delta: rest})
 		}
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: b.id})
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: b.id})
 	case kindThinking:
 		if rest != "" {
-			s.emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: b.id, Delta: rest})
+			s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: b.id, Delta: rest})
 		}
 		end := protocol.UIMessageChunk{Type: protocol.ChunkReasoningEnd, ID: b.id}
 		if sig := b.signature.String(); sig != "" {
 			end.ProviderMetadata = anthropicMetadata("signature", sig)
 		}
-		s.emit(end)
+		s.core.Emit(end)
 	case kindRedacted:
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningEnd, ID: b.id, ProviderMetadata: anthropicMetadata("redactedData", b.redacted)})
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningEnd, ID: b.id, ProviderMetadata: anthropicMetadata("redactedData", b.redacted)})
 	case kindTool:
 		if rest != "" {
-			s.emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: b.id, InputTextDelta: rest})
+			s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: b.id, InputTextDelta: rest})
 		}
 		args := b.args
 		if len(bytes.TrimSpace(args)) == 0 {
 			args = b.initial
 		}
-		s.emit(toolInputChunk(b.id, b.name, args))
+		s.core.Emit(toolInputChunk(b.id, b.name, args))
 	}
 }
 
@@ -485,7 +375,7 @@ func toolInputChunk(id, name string, args []byte) protocol.UIMessageChunk {
 
 // finish closes blocks left open, ends the step and the message.
 func (s *Stream) finish() {
-	if s.ended {
+	if s.core.Ended() {
 		return
 	}
 	open := make([]int, 0, len(s.blocks))
@@ -496,19 +386,16 @@ func (s *Stream) finish() {
 	for _, i := range open {
 		s.stopBlock(i)
 	}
-	s.ended = true
 	s.mu.Lock()
 	s.finishReason = mapStopReason(s.stopReason)
-	reason, usage, has := s.finishReason, s.usage.toUsage(), s.hasUsage
+	reason, usage := s.finishReason, s.usage.toUsage()
+	has := s.hasUsage
 	s.mu.Unlock()
-	fin := protocol.UIMessageChunk{Type: protocol.ChunkFinish, FinishReason: reason}
 	if has {
-		if meta, err := json.Marshal(map[string]protocol.Usage{"usage": usage}); err == nil {
-			fin.MessageMeta = meta
-		}
+		s.core.End(reason, &usage)
+	} else {
+		s.core.End(reason, nil)
 	}
-	s.emit(protocol.UIMessageChunk{Type: protocol.ChunkFinishStep}, fin)
-	s.closeOnce.Do(func() { _ = s.body.Close() })
 }
 
 // mapStopReason maps a stop_reason to the AI SDK finish reason.

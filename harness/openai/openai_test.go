@@ -63,7 +63,6 @@ func fixture(t *testing.T, name string) []byte {
 	return b
 }
 
-
 // replay serves a fixture event by event, flushing after each, so the
 // client reads it across many network reads.
 func replay(t *testing.T, name string) (*httptest.Server, *captured) {
@@ -103,7 +102,6 @@ func open(t *testing.T, m *Model, ctx context.Context, req harness.Request) *Str
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
-
 
 func mustJSON(t *testing.T, v any) string {
 	t.Helper()

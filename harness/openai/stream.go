@@ -6,16 +6,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/a2-runtime/a2/harness/internal/sse"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/internal/provider"
+	"github.com/a2-runtime/a2/harness/internal/sse"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -27,21 +26,8 @@ import (
 // Usage and FinishReason report the same values to the harness after the
 // stream ended (the harness records usage on ai.generation.completed).
 type Stream struct {
-	ctx  context.Context
-	body io.ReadCloser
-	sse  *sse.Reader
+	core provider.Stream
 
-	closeOnce sync.Once
-	closedMu  sync.Mutex
-	closed    bool
-
-	queue   []protocol.UIMessageChunk
-	started bool
-	ended   bool // finish emitted: io.EOF once the queue is drained
-	err     error
-
-	idPrefix    string
-	nextID      int
 	textID      string
 	reasoningID string
 	text        sse.UTF8Joiner
@@ -73,12 +59,25 @@ type toolCall struct {
 var _ harness.ReadyStream = (*Stream)(nil)
 
 func newStream(ctx context.Context, body io.ReadCloser, generationID string) *Stream {
-	s := &Stream{ctx: ctx, body: body, sse: sse.NewReader(body), tools: map[int]*toolCall{}, lastIndex: -1}
-	if generationID != "" {
-		s.idPrefix = generationID + "-"
-	}
+	s := &Stream{tools: map[int]*toolCall{}, lastIndex: -1}
+	s.core.Init(ctx, body, generationID, "openai", "the response finished", ErrStreamClosed,
+		provider.Decoder{Handle: s.handle, Complete: func() bool { return s.sawFinish }, Finish: s.finish})
 	return s
 }
+
+// Close releases the connection. It is safe to call more than once and
+// while Next blocks; Next then returns ErrStreamClosed.
+func (s *Stream) Close() error { return s.core.Close() }
+
+// Next returns the next chunk; io.EOF after finish; the context's error
+// when ctx was cancelled; an *APIError for an error the server streamed;
+// an error wrapping io.ErrUnexpectedEOF when the connection ended before
+// the response did.
+func (s *Stream) Next() (protocol.UIMessageChunk, error) { return s.core.Next() }
+
+// Ready implements harness.ReadyStream: true only when Next returns at
+// once (it decodes buffered events until one yields a chunk).
+func (s *Stream) Ready() bool { return s.core.Ready() }
 
 // Usage returns the token usage the server reported, and whether it
 // reported any. It is complete once Next returned io.EOF.
@@ -95,122 +94,6 @@ func (s *Stream) FinishReason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.finishReason
-}
-
-// Close releases the connection. It is safe to call more than once and
-// while Next blocks; Next then returns ErrStreamClosed.
-func (s *Stream) Close() error {
-	s.closedMu.Lock()
-	s.closed = true
-	s.closedMu.Unlock()
-	s.closeOnce.Do(func() { _ = s.body.Close() })
-	return nil
-}
-
-func (s *Stream) isClosed() bool {
-	s.closedMu.Lock()
-	defer s.closedMu.Unlock()
-	return s.closed
-}
-
-// Ready implements harness.ReadyStream. It decodes the server-sent events
-// already buffered until one yields a chunk (an event may yield none: a
-// ping, a usage-only chunk), so that it is true only when Next returns at
-// once.
-func (s *Stream) Ready() bool {
-	for len(s.queue) == 0 && s.err == nil && !s.ended {
-		if !s.started {
-			return true // Next emits the start chunks without reading
-		}
-		if !s.sse.Buffered() {
-			return false
-		}
-		ev, err := s.sse.Next() // a whole event is buffered: no read
-		if err != nil {
-			s.readFailed(err)
-		} else if err := s.handle(ev); err != nil {
-			s.fail(err)
-		}
-	}
-	return true
-}
-
-// Next returns the next chunk; io.EOF after finish; the context's error
-// when ctx was cancelled; an *APIError for an error the server streamed;
-// an error wrapping io.ErrUnexpectedEOF when the connection ended before
-// the response did.
-func (s *Stream) Next() (protocol.UIMessageChunk, error) {
-	for {
-		// Cancellation and Close win over chunks decoded but not yet
-		// returned: the caller stops now.
-		if s.err == nil && !s.ended {
-			if err := s.ctx.Err(); err != nil {
-				s.fail(err)
-				s.queue = nil
-			} else if s.isClosed() {
-				s.fail(ErrStreamClosed)
-				s.queue = nil
-			}
-		}
-		if len(s.queue) > 0 {
-			c := s.queue[0]
-			s.queue = s.queue[1:]
-			return c, nil
-		}
-		if s.err != nil {
-			return protocol.UIMessageChunk{}, s.err
-		}
-		if s.ended {
-			return protocol.UIMessageChunk{}, io.EOF
-		}
-		if !s.started {
-			s.started = true
-			s.emit(protocol.UIMessageChunk{Type: protocol.ChunkStart}, protocol.UIMessageChunk{Type: protocol.ChunkStartStep})
-			continue
-		}
-		ev, err := s.sse.Next()
-		if err != nil {
-			s.readFailed(err)
-			continue
-		}
-		if err := s.handle(ev); err != nil {
-			s.fail(err)
-		}
-	}
-}
-
-// readFailed ends the stream after a read error: a clean end of the body
-// after the finish reason completes the response (some servers omit
-// [DONE]); any other end is an error.
-func (s *Stream) readFailed(err error) {
-	switch {
-	case s.ctx.Err() != nil:
-		s.fail(s.ctx.Err())
-	case s.isClosed():
-		s.fail(ErrStreamClosed)
-	case errors.Is(err, io.EOF) && s.sawFinish:
-		s.finish()
-	case errors.Is(err, io.EOF):
-		s.fail(fmt.Errorf("openai: the stream ended before the response finished: %w", io.ErrUnexpectedEOF))
-	default:
-		s.fail(fmt.Errorf("openai: reading the stream: %w", err))
-	}
-}
-
-// fail makes err the stream's error; chunks already decoded are still
-// returned first.
-func (s *Stream) fail(err error) {
-	if s.err == nil {
-		s.err = err
-		s.closeOnce.Do(func() { _ = s.body.Close() })
-	}
-}
-
-func (s *Stream) emit(c ...protocol.UIMessageChunk) { s.queue = append(s.queue, c...) }
-
-func (s *Stream) newID(kind string) string {
-	s.nextID++
-	return s.idPrefix + kind + strconv.Itoa(s.nextID)
 }
 
 // chunk is a streamed chat completion chunk, with the string fields that
@@ -345,9 +228,9 @@ func (s *Stream) endText() {
 		return
 	}
 	if rest := s.text.Flush(); rest != "" {
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: s.textID, Delta: rest})
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: s.textID, Delta: rest})
 	}
-	s.emit(protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: s.textID})
+	s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: s.textID})
 	s.textID = ""
 }
 
@@ -356,31 +239,31 @@ func (s *Stream) endReasoning() {
 		return
 	}
 	if rest := s.reasoning.Flush(); rest != "" {
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: s.reasoningID, Delta: rest})
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: s.reasoningID, Delta: rest})
 	}
-	s.emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningEnd, ID: s.reasoningID})
+	s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningEnd, ID: s.reasoningID})
 	s.reasoningID = ""
 }
 
 func (s *Stream) reasoningDelta(b []byte) {
 	s.endText()
 	if s.reasoningID == "" {
-		s.reasoningID = s.newID("r")
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningStart, ID: s.reasoningID})
+		s.reasoningID = s.core.NewID("r")
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningStart, ID: s.reasoningID})
 	}
 	if d := s.reasoning.Push(b); d != "" {
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: s.reasoningID, Delta: d})
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: s.reasoningID, Delta: d})
 	}
 }
 
 func (s *Stream) textDelta(b []byte) {
 	s.endReasoning()
 	if s.textID == "" {
-		s.textID = s.newID("t")
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: s.textID})
+		s.textID = s.core.NewID("t")
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: s.textID})
 	}
 	if d := s.text.Push(b); d != "" {
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: s.textID, Delta: d})
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: s.textID, Delta: d})
 	}
 }
 
@@ -420,7 +303,7 @@ func (s *Stream) toolDelta(index *int, id, name string, args []byte) {
 		args, tc.pending = tc.pending, nil
 	}
 	if d := tc.deltas.Push(args); d != "" {
-		s.emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: tc.id, InputTextDelta: d})
+		s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: tc.id, InputTextDelta: d})
 	}
 }
 
@@ -431,7 +314,7 @@ func (s *Stream) startTool(tc *toolCall) {
 		tc.id = randomCallID()
 	}
 	tc.started = true
-	s.emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputStart, ToolCallID: tc.id, ToolName: tc.name})
+	s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputStart, ToolCallID: tc.id, ToolName: tc.name})
 }
 
 // randomCallID names a call the server sent without an ID; tool call IDs
@@ -466,9 +349,9 @@ func (s *Stream) finalize() {
 			s.startTool(tc)
 		}
 		if rest := tc.deltas.Flush(); rest != "" {
-			s.emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: tc.id, InputTextDelta: rest})
+			s.core.Emit(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: tc.id, InputTextDelta: rest})
 		}
-		s.emit(toolInputChunk(tc.id, tc.name, tc.args))
+		s.core.Emit(toolInputChunk(tc.id, tc.name, tc.args))
 	}
 }
 
@@ -490,24 +373,19 @@ func toolInputChunk(id, name string, args []byte) protocol.UIMessageChunk {
 
 // finish ends the step and the message.
 func (s *Stream) finish() {
-	if s.ended {
+	if s.core.Ended() {
 		return
 	}
 	s.finalize()
-	s.ended = true
 	s.mu.Lock()
 	s.finishReason = mapFinishReason(s.finishRaw)
-	reason, usage, has := s.finishReason, s.usage, s.hasUsage
-	s.mu.Unlock()
-	fin := protocol.UIMessageChunk{Type: protocol.ChunkFinish, FinishReason: reason}
-	if has {
-		meta, err := json.Marshal(map[string]protocol.Usage{"usage": usage})
-		if err == nil {
-			fin.MessageMeta = meta
-		}
+	reason, u := s.finishReason, s.usage
+	usage := &u
+	if !s.hasUsage {
+		usage = nil
 	}
-	s.emit(protocol.UIMessageChunk{Type: protocol.ChunkFinishStep}, fin)
-	s.closeOnce.Do(func() { _ = s.body.Close() })
+	s.mu.Unlock()
+	s.core.End(reason, usage)
 }
 
 // mapFinishReason maps a chat completions finish_reason to the AI SDK's.

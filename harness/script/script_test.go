@@ -18,7 +18,6 @@ func userReq(session, text string) harness.Request {
 		Content: []harness.ContentPart{{Type: harness.ContentText, Text: text}}}}}
 }
 
-
 func texts(cs []protocol.UIMessageChunk) string {
 	var b strings.Builder
 	for _, c := range cs {
