@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -8,14 +9,15 @@ import (
 
 // TestReuseDispatcher: a scheduled run always runs, even while every
 // worker is busy (Schedule never waits for one, so an actor scheduling
-// another from a worker cannot deadlock the pool); an idle worker takes the
-// next run instead of a new goroutine; closing lets idle workers exit.
+// another from a worker cannot deadlock the pool); after a burst at most
+// maxIdleWorkers stay; an idle worker takes the next run instead of a new
+// goroutine; closing lets idle workers exit.
 func TestReuseDispatcher(t *testing.T) {
 	d := newReuseDispatcher(mailboxThroughput)
 
 	// Runs that schedule further runs from inside a worker, all blocked
 	// until released: none may wait for a free worker.
-	const n = 50
+	const n = maxIdleWorkers + 72
 	release := make(chan struct{})
 	var started, done sync.WaitGroup
 	started.Add(n)
@@ -32,30 +34,33 @@ func TestReuseDispatcher(t *testing.T) {
 		})
 	}
 	schedule(0)
-	waitOrFail(t, &started, "50 nested runs to start while all workers are busy")
+	waitOrFail(t, &started, fmt.Sprintf("%d nested runs to start while all workers are busy", n))
 	if w := d.workers.Load(); w != n {
-		t.Fatalf("%d workers run 50 blocked runs, want 50", w)
+		t.Fatalf("%d workers run %d blocked runs, want %d", w, n, n)
 	}
 	close(release)
 	waitOrFail(t, &done, "the released runs to finish")
+	if w := settle(d, maxIdleWorkers); w != maxIdleWorkers {
+		t.Fatalf("%d workers stay after the burst, want %d", w, maxIdleWorkers)
+	}
 
-	// The 50 workers now wait for work: the next runs reuse them. (A run
-	// scheduled before any of them is back waiting starts one more.)
+	// The workers left wait for work: the next runs reuse them. (A run
+	// scheduled just before its worker is back waiting starts one more.)
+	before := d.started.Load()
 	for i := 0; i < 200; i++ {
 		ran := make(chan struct{})
 		d.Schedule(func() { close(ran) })
 		<-ran
 	}
-	if w := d.workers.Load(); w > n+2 {
-		t.Errorf("%d workers after 200 more runs one at a time, want the 50 reused (at most 52)", w)
+	if more := d.started.Load() - before; more > 20 {
+		t.Errorf("200 runs one at a time started %d new workers; idle ones should take them", more)
+	}
+	if w := settle(d, maxIdleWorkers); w != maxIdleWorkers {
+		t.Errorf("%d workers after 200 more runs one at a time, want %d", w, maxIdleWorkers)
 	}
 
 	d.close()
-	deadline := time.Now().Add(10 * time.Second)
-	for d.workers.Load() > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if w := d.workers.Load(); w != 0 {
+	if w := settle(d, 0); w != 0 {
 		t.Errorf("%d workers 10 s after close, want 0", w)
 	}
 	ran := make(chan struct{})
@@ -72,4 +77,14 @@ func waitOrFail(t *testing.T, wg *sync.WaitGroup, what string) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
 	}
+}
+
+// settle waits up to 10 s for the worker count to reach want (a worker
+// that has just run may still be on its way out) and returns the count.
+func settle(d *reuseDispatcher, want int64) int64 {
+	deadline := time.Now().Add(10 * time.Second)
+	for d.workers.Load() != want && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	return d.workers.Load()
 }
