@@ -97,3 +97,28 @@ func TestPassivationFreesMemory(t *testing.T) {
 		t.Fatalf("reactivation: %v %d", err, idx)
 	}
 }
+
+// Reading a session nobody wrote to gives the initial state at index 0 and
+// activates nothing, so reads of unknown session IDs cost no memory; once
+// something is pushed, State reads the session's actor.
+func TestStateOfAnUnknownSessionActivatesNothing(t *testing.T) {
+	f := newFixture(t, `{"replies":[]}`, nil)
+	ctx := context.Background()
+	for i := range 100 {
+		st, idx, err := f.rt.State(ctx, "assistant", fmt.Sprintf("nobody-%d", i))
+		if err != nil || idx != 0 || len(st.AI.Messages) != 0 || st.AI.Status != protocol.StatusIdle {
+			t.Fatalf("State of an unknown session: %v, index %d, %d messages, status %q", err, idx, len(st.AI.Messages), st.AI.Status)
+		}
+	}
+	if n := f.rt.ActiveSessions(); n != 0 {
+		t.Fatalf("reading 100 unknown sessions activated %d", n)
+	}
+	passive := false
+	f.push("nobody-7", protocol.Inputs.Message(protocol.UIMessage{ID: "m1", Role: protocol.RoleUser,
+		Parts: []protocol.Part{{Type: protocol.PartText, Text: "hello"}}}, protocol.MessageOptions{Generate: &passive}))
+	f.rt.PassivateIdle()
+	f.waitFor("nobody-7", "the message", func(s *protocol.AIState) bool { return len(s.Messages) == 1 })
+	if _, idx, err := f.rt.State(ctx, "assistant", "nobody-7"); err != nil || idx == 0 {
+		t.Fatalf("State after a push: index %d, %v", idx, err)
+	}
+}

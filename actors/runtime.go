@@ -292,7 +292,9 @@ func (r *Runtime) Push(ctx context.Context, agentName, session string, events []
 }
 
 // State returns the session's folded state (AIState merged with the
-// application state) and the log index it is at (R-CONTRACT-16).
+// application state) and the log index it is at (R-CONTRACT-16). A session
+// nobody wrote to reads as the initial state at index 0, without
+// activating an actor for it: reads of unknown sessions cost no memory.
 func (r *Runtime) State(ctx context.Context, agentName, session string) (*protocol.SessionState, uint64, error) {
 	a, err := r.agent(agentName)
 	if err != nil {
@@ -300,6 +302,18 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 	}
 	if err := protocol.ValidateCallerID("session", session); err != nil {
 		return nil, 0, err
+	}
+	if !r.active(a, session) {
+		last, err := r.store.LastIndex(ctx, session)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0, ctx.Err()
+			}
+			return nil, 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if last == 0 {
+			return a.contract.NewState(), 0, nil
+		}
 	}
 	res, err := r.request(ctx, a, session, &sessionpb.StateRequest{Agent: agentName, Session: session})
 	if err != nil {
@@ -478,6 +492,14 @@ func (r *Runtime) wrote(agent, session string) {
 	r.mu.Lock()
 	delete(r.failures, key(agent, session))
 	r.mu.Unlock()
+}
+
+// active reports whether the session's actor is running.
+func (r *Runtime) active(a *Agent, session string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.sessions[key(a.Name(), session)]
+	return ok
 }
 
 // ActiveSessions is the number of activated sessions.
