@@ -42,6 +42,7 @@ import (
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	pgstore "github.com/a2-runtime/a2/persistence/postgres"
+	"github.com/a2-runtime/a2/tools/demotools"
 )
 
 // defaultAgent is the name of the agent a node serves.
@@ -202,7 +203,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		Model:        harness.ModelID(p.model),
 		Models:       p.providerFor,
 		Instructions: harness.Instructions(instructions),
-		Tools:        demo.Tools(),
+		Tools:        demotools.Tools(),
 		Harness:      actors.HarnessOptions{StepTimeout: cfg.stepTimeout},
 	})
 	if err != nil {

@@ -14,7 +14,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +31,9 @@ const ModelID = "demo"
 // watch the answer arrive, fast enough not to bore.
 const DefaultWordDelay = 30 * time.Millisecond
 
-// Tool names.
+// The names of the tools the model calls when the request offers them;
+// package tools/demotools defines tools of these names (the node gives
+// them to its default agent).
 const (
 	ToolCurrentTime = "current_time"
 	ToolCalculator  = "calculator"
@@ -159,6 +163,15 @@ func quote(text string) string {
 	return "\u201c" + text + "\u201d"
 }
 
+// formatNumber prints a result without a needless fraction: 5, not 5.0;
+// 0.1, not 0.1000000001.
+func formatNumber(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1<<53 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', 12, 64)
+}
+
 // answerFromResults answers a continuation from the tool results of the
 // prompt's last message.
 func answerFromResults(m harness.ModelMessage) string {
@@ -173,7 +186,7 @@ func answerFromResults(m harness.ModelMessage) string {
 		}
 		switch p.ToolName {
 		case ToolCurrentTime:
-			var r timeResult
+			var r struct{ Time, Timezone string } // {"time", "timezone"}, see tools/demotools
 			if json.Unmarshal(p.Output.Value, &r) == nil {
 				if t, err := time.Parse(time.RFC3339, r.Time); err == nil {
 					out = append(out, fmt.Sprintf("It is %s (%s) on %s, according to the current_time tool.",
@@ -182,7 +195,10 @@ func answerFromResults(m harness.ModelMessage) string {
 				}
 			}
 		case ToolCalculator:
-			var r calcResult
+			var r struct { // {"expression", "result"}
+				Expression string
+				Result     float64
+			}
 			if json.Unmarshal(p.Output.Value, &r) == nil {
 				out = append(out, fmt.Sprintf("%s = %s, according to the calculator tool.", r.Expression, formatNumber(r.Result)))
 				continue

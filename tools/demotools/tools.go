@@ -1,4 +1,7 @@
-package demo
+// Package demotools holds the tools of the node's demonstration agent:
+// current_time and calculator. They are ordinary A2 tools; the demo model
+// (harness/demo) calls them by these names.
+package demotools
 
 import (
 	"context"
@@ -7,6 +10,12 @@ import (
 	"time"
 
 	"github.com/a2-runtime/a2/tools"
+)
+
+// The tools' names, which the demo model (harness/demo) asks for.
+const (
+	CurrentTime = "current_time"
+	Calculator  = "calculator"
 )
 
 // Tools returns the demo tools: current_time (the clock, in UTC or a named
@@ -28,7 +37,7 @@ type calcResult struct {
 
 func currentTimeTool(now func() time.Time) tools.Tool {
 	return tools.Tool{
-		Name:        ToolCurrentTime,
+		Name:        CurrentTime,
 		Description: "Returns the current date and time, in UTC or in the given IANA time zone.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"timezone":{"type":"string","description":"an IANA time zone such as Europe/Paris; UTC when absent"}},"additionalProperties":false}`),
 		Execute: func(_ context.Context, input json.RawMessage) (json.RawMessage, error) {
@@ -54,7 +63,7 @@ func currentTimeTool(now func() time.Time) tools.Tool {
 
 func calculatorTool() tools.Tool {
 	return tools.Tool{
-		Name:        ToolCalculator,
+		Name:        Calculator,
 		Description: "Evaluates an arithmetic expression: numbers, + - * / % ^ and parentheses.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"expression":{"type":"string","description":"for example (2+3)*4"}},"required":["expression"],"additionalProperties":false}`),
 		Execute: func(_ context.Context, input json.RawMessage) (json.RawMessage, error) {

@@ -1,4 +1,4 @@
-package demo
+package demotools
 
 import (
 	"errors"
@@ -191,13 +191,4 @@ func (p *parser) primary(depth int) (float64, error) {
 		return 0, errors.New("the expression ends too early")
 	}
 	return 0, fmt.Errorf("unexpected %q at position %d", c, p.pos+1)
-}
-
-// formatNumber prints a result without a needless fraction: 5, not 5.0;
-// 0.1, not 0.1000000001.
-func formatNumber(v float64) string {
-	if v == math.Trunc(v) && math.Abs(v) < 1<<53 {
-		return strconv.FormatInt(int64(v), 10)
-	}
-	return strconv.FormatFloat(v, 'g', 12, 64)
 }
