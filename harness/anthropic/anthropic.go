@@ -6,15 +6,12 @@
 package anthropic
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/internal/provider"
 )
 
 // DefaultBaseURL is Anthropic's API.
@@ -88,65 +85,16 @@ func (m *Model) Stream(ctx context.Context, req harness.Request) (harness.Stream
 	if err != nil {
 		return nil, err
 	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return nil, fmt.Errorf("anthropic: encoding the request: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, m.endpoint, bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("anthropic: building the request: %w", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	hreq.Header.Set("anthropic-version", APIVersion)
+	auth := map[string]string{"anthropic-version": APIVersion}
 	if m.opts.APIKey != "" {
-		hreq.Header.Set("x-api-key", m.opts.APIKey)
+		auth["x-api-key"] = m.opts.APIKey
 	}
-	for k, v := range m.headers(req) {
-		hreq.Header.Set(k, v)
-	}
-	resp, err := m.client.Do(hreq)
+	stream, err := provider.Post(ctx, m.client, provider.Request{Name: "anthropic", Endpoint: m.endpoint, Body: body,
+		Auth: auth, Headers: provider.Headers(m.opts.Headers, req.Headers, req.Settings), StatusError: statusError})
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("anthropic: sending the request: %w", err)
+		return nil, err
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		defer resp.Body.Close()
-		raw, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if rerr != nil && ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, statusError(resp, raw)
-	}
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
-		// A server that ignored stream: true, or put an error in a 200.
-		defer resp.Body.Close()
-		raw, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if rerr != nil && ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		e := statusError(resp, raw)
-		if e.Code == "" && e.Type == "" {
-			e.Message = "the server answered with JSON, not an event stream: " + e.Message
-		}
-		return nil, e
-	}
-	return newStream(ctx, resp.Body, req.GenerationID), nil
-}
-
-// headers are the provider's headers, then the request's, with the
-// generation settings' headers applied last (a nil value removes one).
-func (m *Model) headers(req harness.Request) map[string]string {
-	merged := map[string]string{}
-	for k, v := range m.opts.Headers {
-		merged[strings.ToLower(k)] = v
-	}
-	for k, v := range req.Headers {
-		merged[strings.ToLower(k)] = v
-	}
-	return harness.RequestHeaders(merged, req.Settings)
+	return newStream(ctx, stream, req.GenerationID), nil
 }
 
 // modelID is the model as Anthropic knows it: "anthropic/claude-sonnet-4.5"
