@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,57 +24,6 @@ import (
 
 // wait bounds every wait of these tests; the tests never assert speed.
 const wait = 10 * time.Second
-
-type captured struct {
-	mu     sync.Mutex
-	path   string
-	header http.Header
-	body   []byte
-}
-
-func (c *captured) record(r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.path, c.header, c.body = r.URL.Path, r.Header.Clone(), body
-}
-
-func (c *captured) bodyJSON(t *testing.T) map[string]any {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var m map[string]any
-	if err := json.Unmarshal(c.body, &m); err != nil {
-		t.Fatalf("request body is not JSON: %v\n%s", err, c.body)
-	}
-	return m
-}
-
-func fixture(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// replay serves a fixture event by event, flushing after each.
-func replay(t *testing.T, name string) (*httptest.Server, *captured) {
-	t.Helper()
-	raw := fixture(t, name)
-	c := &captured{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.record(r)
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, e := range providertest.Events(raw) {
-			_, _ = w.Write(e)
-			w.(http.Flusher).Flush()
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv, c
-}
 
 func simpleRequest() harness.Request {
 	return harness.Request{
@@ -99,18 +47,9 @@ func open(t *testing.T, m *Model, ctx context.Context, req harness.Request) *Str
 	return s
 }
 
-func mustJSON(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func assertChunks(t *testing.T, got, want []protocol.UIMessageChunk) {
 	t.Helper()
-	if g, w := mustJSON(t, got), mustJSON(t, want); g != w {
+	if g, w := providertest.MustJSON(t, got), providertest.MustJSON(t, want); g != w {
 		t.Fatalf("chunks differ\n got: %s\nwant: %s", g, w)
 	}
 }
@@ -118,11 +57,11 @@ func assertChunks(t *testing.T, got, want []protocol.UIMessageChunk) {
 func i64(v int64) *int64 { return &v }
 
 func usageMeta(t *testing.T, u protocol.Usage) json.RawMessage {
-	return json.RawMessage(mustJSON(t, map[string]protocol.Usage{"usage": u}))
+	return json.RawMessage(providertest.MustJSON(t, map[string]protocol.Usage{"usage": u}))
 }
 
 func TestTextStream(t *testing.T) {
-	srv, got := replay(t, "text.sse")
+	srv, got := providertest.Replay(t, "text.sse")
 	m := New(Options{BaseURL: srv.URL, APIKey: "sk-ant-test", Headers: map[string]string{"anthropic-beta": "tools-2025"}})
 	req := simpleRequest()
 	req.Headers = map[string]string{"x-trace": "t-1"}
@@ -148,26 +87,26 @@ func TestTextStream(t *testing.T) {
 	if s.FinishReason() != "stop" {
 		t.Fatalf("FinishReason() = %q", s.FinishReason())
 	}
-	if got.path != "/v1/messages" {
-		t.Fatalf("path %q", got.path)
+	if got.Path != "/v1/messages" {
+		t.Fatalf("path %q", got.Path)
 	}
 	for k, v := range map[string]string{"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01", "Content-Type": "application/json",
 		"Accept": "text/event-stream", "anthropic-beta": "tools-2025", "x-trace": "t-1"} {
-		if got.header.Get(k) != v {
-			t.Fatalf("header %s = %q, want %q", k, got.header.Get(k), v)
+		if got.Header.Get(k) != v {
+			t.Fatalf("header %s = %q, want %q", k, got.Header.Get(k), v)
 		}
 	}
-	if got.header.Get("Authorization") != "" {
+	if got.Header.Get("Authorization") != "" {
 		t.Fatal("Anthropic takes x-api-key, not a bearer token")
 	}
-	body := got.bodyJSON(t)
+	body := got.BodyJSON(t)
 	if body["stream"] != true || body["max_tokens"] != float64(DefaultMaxTokens) || body["model"] != "claude-sonnet-4-5" {
 		t.Fatalf("stream %v, max_tokens %v (required, 4096 by default), model %v", body["stream"], body["max_tokens"], body["model"])
 	}
 }
 
 func TestThinkingStream(t *testing.T) {
-	srv, _ := replay(t, "thinking.sse")
+	srv, _ := providertest.Replay(t, "thinking.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
@@ -192,7 +131,7 @@ func TestThinkingStream(t *testing.T) {
 // The signature the stream reports comes back as a thinking block on the
 // next step, through the transcript and ConvertToModelMessages.
 func TestThinkingRoundTrip(t *testing.T) {
-	srv, _ := replay(t, "thinking.sse")
+	srv, _ := providertest.Replay(t, "thinking.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
@@ -214,13 +153,13 @@ func TestThinkingRoundTrip(t *testing.T) {
 	}
 	want := `[{"role":"assistant","content":[{"signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds","thinking":"thought","type":"thinking"},` +
 		`{"data":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP","type":"redacted_thinking"}]}]`
-	if got := mustJSON(t, out); got != want {
+	if got := providertest.MustJSON(t, out); got != want {
 		t.Fatalf("\n got %s\nwant %s", got, want)
 	}
 }
 
 func TestToolUseSplitAtAwkwardBoundaries(t *testing.T) {
-	srv, _ := replay(t, "tool_use.sse")
+	srv, _ := providertest.Replay(t, "tool_use.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
@@ -273,7 +212,7 @@ func TestToolUseSplitAtAwkwardBoundaries(t *testing.T) {
 }
 
 func TestInvalidToolInputAndMaxTokens(t *testing.T) {
-	srv, _ := replay(t, "tool_invalid.sse")
+	srv, _ := providertest.Replay(t, "tool_invalid.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
@@ -298,7 +237,7 @@ func TestInvalidToolInputAndMaxTokens(t *testing.T) {
 }
 
 func TestErrorEventMidStream(t *testing.T) {
-	srv, _ := replay(t, "error_midstream.sse")
+	srv, _ := providertest.Replay(t, "error_midstream.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	chunks, err := providertest.Drain(t, s)
 	assertChunks(t, chunks, []protocol.UIMessageChunk{
@@ -331,9 +270,9 @@ func TestHTTPErrorStatuses(t *testing.T) {
 		retryable bool
 		after     time.Duration
 	}{
-		{name: "429", status: 429, body: fixture(t, "error_429.json"), header: map[string]string{"Retry-After": "7"},
+		{name: "429", status: 429, body: providertest.Fixture(t, "error_429.json"), header: map[string]string{"Retry-After": "7"},
 			code: "rate_limit_error", message: "This request would exceed", requestID: "req_011CSHoEeqs5C35K2UUqR7Fy", retryable: true, after: 7 * time.Second},
-		{name: "500", status: 500, body: fixture(t, "error_500.json"), header: map[string]string{"request-id": "req_header"},
+		{name: "500", status: 500, body: providertest.Fixture(t, "error_500.json"), header: map[string]string{"request-id": "req_header"},
 			code: "api_error", message: "Internal server error", requestID: "req_header", retryable: true},
 		{name: "529", status: 529, body: []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`),
 			code: "overloaded_error", message: "Overloaded", retryable: true},
@@ -387,7 +326,7 @@ func TestJSONInsteadOfAStream(t *testing.T) {
 }
 
 func TestConnectionCutMidStream(t *testing.T) {
-	evs := providertest.Events(fixture(t, "text.sse"))
+	evs := providertest.Events(providertest.Fixture(t, "text.sse"))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, e := range evs[:4] {
 			_, _ = w.Write(e)
@@ -413,7 +352,7 @@ func TestConnectionCutMidStream(t *testing.T) {
 }
 
 func TestCleanEndBeforeMessageStop(t *testing.T) {
-	evs := providertest.Events(fixture(t, "text.sse"))
+	evs := providertest.Events(providertest.Fixture(t, "text.sse"))
 	serve := func(n int) *httptest.Server {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for _, e := range evs[:n] {
@@ -434,7 +373,7 @@ func TestCleanEndBeforeMessageStop(t *testing.T) {
 }
 
 func TestCancelSlowStream(t *testing.T) {
-	evs := providertest.Events(fixture(t, "text.sse"))
+	evs := providertest.Events(providertest.Fixture(t, "text.sse"))
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -517,7 +456,7 @@ func TestCancelBeforeTheResponse(t *testing.T) {
 }
 
 func TestCloseStopsTheStream(t *testing.T) {
-	srv, _ := replay(t, "text.sse")
+	srv, _ := providertest.Replay(t, "text.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	if c, err := s.Next(); err != nil || c.Type != "start" {
 		t.Fatal(c, err)
@@ -567,20 +506,20 @@ func goldenRequest() harness.Request {
 }
 
 func TestRequestBodyGolden(t *testing.T) {
-	srv, got := replay(t, "text.sse")
+	srv, got := providertest.Replay(t, "text.sse")
 	s := open(t, New(Options{BaseURL: srv.URL + "/v1"}), context.Background(), goldenRequest())
 	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
-	if got.path != "/v1/messages" {
-		t.Fatalf("a base ending in /v1 must not double it: %s", got.path)
+	if got.Path != "/v1/messages" {
+		t.Fatalf("a base ending in /v1 must not double it: %s", got.Path)
 	}
 	var want map[string]any
-	if err := json.Unmarshal(fixture(t, "request_golden.json"), &want); err != nil {
+	if err := json.Unmarshal(providertest.Fixture(t, "request_golden.json"), &want); err != nil {
 		t.Fatal(err)
 	}
-	if body := got.bodyJSON(t); !reflect.DeepEqual(body, want) {
-		t.Fatalf("request body differs from testdata/request_golden.json\n got: %s\nwant: %s", mustJSON(t, body), mustJSON(t, want))
+	if body := got.BodyJSON(t); !reflect.DeepEqual(body, want) {
+		t.Fatalf("request body differs from testdata/request_golden.json\n got: %s\nwant: %s", providertest.MustJSON(t, body), providertest.MustJSON(t, want))
 	}
 }
 
@@ -646,7 +585,7 @@ func TestFilesAndToolResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `[{"cache_control":{"type":"ephemeral"},"text":"Be brief.","type":"text"}]`
-	if got := mustJSON(t, system); got != want {
+	if got := providertest.MustJSON(t, system); got != want {
 		t.Fatalf("system %s", got)
 	}
 	want = `[{"role":"user","content":[{"source":{"type":"url","url":"https://example.com/a.pdf"},"title":"a.pdf","type":"document"},` +
@@ -654,7 +593,7 @@ func TestFilesAndToolResults(t *testing.T) {
 		`{"source":{"type":"url","url":"https://example.com/cat.jpg"},"type":"image"}]},` +
 		`{"role":"assistant","content":[{"id":"c1","input":{},"name":"t","type":"tool_use"}]},` +
 		`{"role":"user","content":[{"content":"bad input","is_error":true,"tool_use_id":"c1","type":"tool_result"}]}]`
-	if got := mustJSON(t, msgs); got != want {
+	if got := providertest.MustJSON(t, msgs); got != want {
 		t.Fatalf("\n got %s\nwant %s", got, want)
 	}
 	req.Messages = []harness.ModelMessage{{Role: harness.ModelRoleUser, Content: []harness.ContentPart{{Type: harness.ContentFile, MediaType: "audio/wav", Data: "data:audio/wav;base64,AAAA"}}}}
@@ -670,7 +609,7 @@ func TestToolChoices(t *testing.T) {
 	for in, want := range map[string]string{`"auto"`: `{"type":"auto"}`, `"required"`: `{"type":"any"}`, `"none"`: `{"type":"none"}`,
 		`{"type":"tool","toolName":"get_weather"}`: `{"name":"get_weather","type":"tool"}`} {
 		body := map[string]any{}
-		if err := toolChoice(body, json.RawMessage(in)); err != nil || mustJSON(t, body["tool_choice"]) != want {
+		if err := toolChoice(body, json.RawMessage(in)); err != nil || providertest.MustJSON(t, body["tool_choice"]) != want {
 			t.Fatalf("%s -> %v (%v)", in, body["tool_choice"], err)
 		}
 	}
@@ -737,5 +676,5 @@ func FuzzStream(f *testing.F) {
 // to the session together).
 func TestReady(t *testing.T) {
 	open := func(body io.ReadCloser) harness.ReadyStream { return newStream(context.Background(), body, "G1") }
-	providertest.CheckReady(t, open, fixture(t, "text.sse"), 4, "")
+	providertest.CheckReady(t, open, providertest.Fixture(t, "text.sse"), 4, "")
 }

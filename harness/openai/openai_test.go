@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,60 +25,6 @@ import (
 
 // wait bounds every wait of these tests; the tests never assert speed.
 const wait = 10 * time.Second
-
-// captured is what a test server saw of one request.
-type captured struct {
-	mu     sync.Mutex
-	host   string
-	path   string
-	header http.Header
-	body   []byte
-}
-
-func (c *captured) record(r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.host, c.path, c.header, c.body = r.Host, r.URL.Path, r.Header.Clone(), body
-}
-
-func (c *captured) bodyJSON(t *testing.T) map[string]any {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var m map[string]any
-	if err := json.Unmarshal(c.body, &m); err != nil {
-		t.Fatalf("request body is not JSON: %v\n%s", err, c.body)
-	}
-	return m
-}
-
-func fixture(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// replay serves a fixture event by event, flushing after each, so the
-// client reads it across many network reads.
-func replay(t *testing.T, name string) (*httptest.Server, *captured) {
-	t.Helper()
-	raw := fixture(t, name)
-	c := &captured{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.record(r)
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, e := range providertest.Events(raw) {
-			_, _ = w.Write(e)
-			w.(http.Flusher).Flush()
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv, c
-}
 
 func simpleRequest() harness.Request {
 	return harness.Request{
@@ -103,18 +48,9 @@ func open(t *testing.T, m *Model, ctx context.Context, req harness.Request) *Str
 	return s
 }
 
-func mustJSON(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func assertChunks(t *testing.T, got []protocol.UIMessageChunk, want []protocol.UIMessageChunk) {
 	t.Helper()
-	if g, w := mustJSON(t, got), mustJSON(t, want); g != w {
+	if g, w := providertest.MustJSON(t, got), providertest.MustJSON(t, want); g != w {
 		t.Fatalf("chunks differ\n got: %s\nwant: %s", g, w)
 	}
 }
@@ -122,11 +58,11 @@ func assertChunks(t *testing.T, got []protocol.UIMessageChunk, want []protocol.U
 func i64(v int64) *int64 { return &v }
 
 func usageMeta(t *testing.T, u protocol.Usage) json.RawMessage {
-	return json.RawMessage(mustJSON(t, map[string]protocol.Usage{"usage": u}))
+	return json.RawMessage(providertest.MustJSON(t, map[string]protocol.Usage{"usage": u}))
 }
 
 func TestTextStreamWithUsageOnlyFinalChunk(t *testing.T) {
-	srv, got := replay(t, "text.sse")
+	srv, got := providertest.Replay(t, "text.sse")
 	m := New(Options{BaseURL: srv.URL + "/v1/", APIKey: "sk-test", Headers: map[string]string{"X-Org": "acme"}})
 	req := simpleRequest()
 	req.Headers = map[string]string{"x-trace": "t-1"}
@@ -156,16 +92,16 @@ func TestTextStreamWithUsageOnlyFinalChunk(t *testing.T) {
 	if _, err := s.Next(); err != io.EOF {
 		t.Fatalf("Next after the end: %v", err)
 	}
-	if got.path != "/v1/chat/completions" {
-		t.Fatalf("path %q", got.path)
+	if got.Path != "/v1/chat/completions" {
+		t.Fatalf("path %q", got.Path)
 	}
 	for k, v := range map[string]string{"Authorization": "Bearer sk-test", "Accept": "text/event-stream",
 		"Content-Type": "application/json", "X-Org": "acme", "X-Trace": "t-1"} {
-		if got.header.Get(k) != v {
-			t.Fatalf("header %s = %q, want %q", k, got.header.Get(k), v)
+		if got.Header.Get(k) != v {
+			t.Fatalf("header %s = %q, want %q", k, got.Header.Get(k), v)
 		}
 	}
-	body := got.bodyJSON(t)
+	body := got.BodyJSON(t)
 	if body["stream"] != true || !reflect.DeepEqual(body["stream_options"], map[string]any{"include_usage": true}) {
 		t.Fatalf("streaming options: %v %v", body["stream"], body["stream_options"])
 	}
@@ -173,7 +109,7 @@ func TestTextStreamWithUsageOnlyFinalChunk(t *testing.T) {
 
 func TestReasoningStreams(t *testing.T) {
 	t.Run("reasoning_content", func(t *testing.T) {
-		srv, _ := replay(t, "reasoning.sse")
+		srv, _ := providertest.Replay(t, "reasoning.sse")
 		s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 		chunks, err := providertest.Drain(t, s)
 		if err != io.EOF {
@@ -193,7 +129,7 @@ func TestReasoningStreams(t *testing.T) {
 		})
 	})
 	t.Run("reasoning", func(t *testing.T) {
-		srv, _ := replay(t, "reasoning_field.sse")
+		srv, _ := providertest.Replay(t, "reasoning_field.sse")
 		s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 		chunks, err := providertest.Drain(t, s)
 		if err != io.EOF {
@@ -215,7 +151,7 @@ func TestReasoningStreams(t *testing.T) {
 }
 
 func TestParallelToolCallsSplitAtAwkwardBoundaries(t *testing.T) {
-	srv, _ := replay(t, "tool_calls.sse")
+	srv, _ := providertest.Replay(t, "tool_calls.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
@@ -277,7 +213,7 @@ func TestParallelToolCallsSplitAtAwkwardBoundaries(t *testing.T) {
 }
 
 func TestInvalidToolArgumentsAreAToolInputError(t *testing.T) {
-	srv, _ := replay(t, "tool_invalid.sse")
+	srv, _ := providertest.Replay(t, "tool_invalid.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	chunks, err := providertest.Drain(t, s)
 	if err != io.EOF {
@@ -305,7 +241,7 @@ func TestInvalidToolArgumentsAreAToolInputError(t *testing.T) {
 }
 
 func TestErrorMidStream(t *testing.T) {
-	srv, _ := replay(t, "error_midstream.sse")
+	srv, _ := providertest.Replay(t, "error_midstream.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	chunks, err := providertest.Drain(t, s)
 	assertChunks(t, chunks, []protocol.UIMessageChunk{
@@ -337,9 +273,9 @@ func TestHTTPErrorStatuses(t *testing.T) {
 		retryable  bool
 		retryAfter time.Duration
 	}{
-		{name: "429", status: 429, body: fixture(t, "error_429.json"), header: map[string]string{"Retry-After": "2", "X-Request-Id": "req_1"},
+		{name: "429", status: 429, body: providertest.Fixture(t, "error_429.json"), header: map[string]string{"Retry-After": "2", "X-Request-Id": "req_1"},
 			code: "rate_limit_exceeded", typ: "tokens", message: "Rate limit reached", retryable: true, retryAfter: 2 * time.Second},
-		{name: "500", status: 500, body: fixture(t, "error_500.json"), code: "server_error", typ: "server_error", message: "The server had an error", retryable: true},
+		{name: "500", status: 500, body: providertest.Fixture(t, "error_500.json"), code: "server_error", typ: "server_error", message: "The server had an error", retryable: true},
 		{name: "400", status: 400, body: []byte(`{"error":{"message":"Invalid 'messages'","type":"invalid_request_error","param":"messages","code":"invalid_value"}}`),
 			code: "invalid_value", typ: "invalid_request_error", message: "Invalid 'messages'"},
 		{name: "502 not JSON", status: 502, body: []byte("<html>Bad Gateway</html>"), message: "<html>Bad Gateway</html>", retryable: true},
@@ -396,7 +332,7 @@ func TestJSONInsteadOfAStream(t *testing.T) {
 
 // A connection cut mid-stream is an error, never a silent end.
 func TestConnectionCutMidStream(t *testing.T) {
-	evs := providertest.Events(fixture(t, "text.sse"))
+	evs := providertest.Events(providertest.Fixture(t, "text.sse"))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, e := range evs[:3] {
@@ -425,7 +361,7 @@ func TestConnectionCutMidStream(t *testing.T) {
 // A body that ends cleanly before the finish reason is also an error; one
 // that ends after it without [DONE] (some servers) completes.
 func TestCleanEndOfBody(t *testing.T) {
-	evs := providertest.Events(fixture(t, "text.sse"))
+	evs := providertest.Events(providertest.Fixture(t, "text.sse"))
 	serve := func(n int) *httptest.Server {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for _, e := range evs[:n] {
@@ -450,7 +386,7 @@ func TestCleanEndOfBody(t *testing.T) {
 }
 
 func TestCancelSlowStream(t *testing.T) {
-	evs := providertest.Events(fixture(t, "text.sse"))
+	evs := providertest.Events(providertest.Fixture(t, "text.sse"))
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -533,7 +469,7 @@ func TestCancelBeforeTheResponse(t *testing.T) {
 }
 
 func TestCloseStopsTheStream(t *testing.T) {
-	srv, _ := replay(t, "text.sse")
+	srv, _ := providertest.Replay(t, "text.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
 	if c, err := s.Next(); err != nil || c.Type != "start" {
 		t.Fatal(c, err)
@@ -585,17 +521,17 @@ func goldenRequest() harness.Request {
 }
 
 func TestRequestBodyGolden(t *testing.T) {
-	srv, got := replay(t, "text.sse")
+	srv, got := providertest.Replay(t, "text.sse")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), goldenRequest())
 	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
 	var want map[string]any
-	if err := json.Unmarshal(fixture(t, "request_golden.json"), &want); err != nil {
+	if err := json.Unmarshal(providertest.Fixture(t, "request_golden.json"), &want); err != nil {
 		t.Fatal(err)
 	}
-	if body := got.bodyJSON(t); !reflect.DeepEqual(body, want) {
-		t.Fatalf("request body differs from testdata/request_golden.json\n got: %s\nwant: %s", mustJSON(t, body), mustJSON(t, want))
+	if body := got.BodyJSON(t); !reflect.DeepEqual(body, want) {
+		t.Fatalf("request body differs from testdata/request_golden.json\n got: %s\nwant: %s", providertest.MustJSON(t, body), providertest.MustJSON(t, want))
 	}
 }
 
@@ -623,7 +559,7 @@ func clientTo(t *testing.T, srv *httptest.Server) *http.Client {
 // the wire: providerOptions.gateway.caching "auto" in the body and the
 // session's x-session-affinity header.
 func TestGatewayDefaultsReachTheWire(t *testing.T) {
-	srv, got := replay(t, "text.sse")
+	srv, got := providertest.Replay(t, "text.sse")
 	m := New(Options{BaseURL: GatewayBaseURL, APIKey: "gw-key", HTTPClient: clientTo(t, srv)})
 	req := simpleRequest()
 	req.Model = "anthropic/claude-sonnet-4.5"
@@ -636,16 +572,16 @@ func TestGatewayDefaultsReachTheWire(t *testing.T) {
 	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
-	if got.host != gatewayHost || got.path != "/v1/chat/completions" {
-		t.Fatalf("sent to %s%s", got.host, got.path)
+	if got.Host != gatewayHost || got.Path != "/v1/chat/completions" {
+		t.Fatalf("sent to %s%s", got.Host, got.Path)
 	}
-	if got.header.Get(harness.SessionAffinityHeader) != harness.SessionAffinity("S1") {
-		t.Fatalf("x-session-affinity = %q", got.header.Get(harness.SessionAffinityHeader))
+	if got.Header.Get(harness.SessionAffinityHeader) != harness.SessionAffinity("S1") {
+		t.Fatalf("x-session-affinity = %q", got.Header.Get(harness.SessionAffinityHeader))
 	}
-	if got.header.Get("Authorization") != "Bearer gw-key" {
-		t.Fatalf("authorization %q", got.header.Get("Authorization"))
+	if got.Header.Get("Authorization") != "Bearer gw-key" {
+		t.Fatalf("authorization %q", got.Header.Get("Authorization"))
 	}
-	body := got.bodyJSON(t)
+	body := got.BodyJSON(t)
 	want := map[string]any{"gateway": map[string]any{"caching": "auto", "order": []any{"anthropic", "bedrock"}}}
 	if !reflect.DeepEqual(body["providerOptions"], want) {
 		t.Fatalf("providerOptions = %v", body["providerOptions"])
@@ -658,7 +594,7 @@ func TestGatewayDefaultsReachTheWire(t *testing.T) {
 // R-GEN-26: the application suppresses the affinity header with a nil
 // value, even one the provider's own headers carry.
 func TestSessionAffinitySuppressed(t *testing.T) {
-	srv, got := replay(t, "text.sse")
+	srv, got := providertest.Replay(t, "text.sse")
 	m := New(Options{BaseURL: GatewayBaseURL, HTTPClient: clientTo(t, srv), Headers: map[string]string{"X-Session-Affinity": "from-model"}})
 	req := simpleRequest()
 	req.Settings = harness.WithGatewayDefaults(harness.GenerationSettings{Headers: map[string]*string{"X-Session-Affinity": nil}}, "S1")
@@ -667,7 +603,7 @@ func TestSessionAffinitySuppressed(t *testing.T) {
 	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
-	if v, ok := got.header[http.CanonicalHeaderKey(harness.SessionAffinityHeader)]; ok {
+	if v, ok := got.Header[http.CanonicalHeaderKey(harness.SessionAffinityHeader)]; ok {
 		t.Fatalf("x-session-affinity sent: %v", v)
 	}
 }
@@ -675,14 +611,14 @@ func TestSessionAffinitySuppressed(t *testing.T) {
 // Gateway options stay off the wire for other servers, which would reject
 // or ignore an unknown field.
 func TestGatewayOptionsOnlyForTheGateway(t *testing.T) {
-	srv, got := replay(t, "text.sse")
+	srv, got := providertest.Replay(t, "text.sse")
 	req := simpleRequest()
 	req.Settings = harness.WithGatewayDefaults(harness.GenerationSettings{}, "S1")
 	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), req)
 	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
-	if _, ok := got.bodyJSON(t)["providerOptions"]; ok {
+	if _, ok := got.BodyJSON(t)["providerOptions"]; ok {
 		t.Fatal("providerOptions sent to a server that is not the Gateway")
 	}
 	if !IsGatewayURL("https://AI-Gateway.vercel.sh/v1") || IsGatewayURL("http://localhost:11434/v1") {
@@ -691,7 +627,7 @@ func TestGatewayOptionsOnlyForTheGateway(t *testing.T) {
 }
 
 func TestOpenAIHostSpecifics(t *testing.T) {
-	srv, got := replay(t, "text.sse")
+	srv, got := providertest.Replay(t, "text.sse")
 	m := New(Options{BaseURL: DefaultBaseURL, HTTPClient: clientTo(t, srv)})
 	req := simpleRequest()
 	req.Model = "openai/gpt-5-mini"
@@ -702,7 +638,7 @@ func TestOpenAIHostSpecifics(t *testing.T) {
 	if _, err := providertest.Drain(t, s); err != io.EOF {
 		t.Fatal(err)
 	}
-	body := got.bodyJSON(t)
+	body := got.BodyJSON(t)
 	if body["model"] != "gpt-5-mini" || body["max_completion_tokens"] != float64(300) {
 		t.Fatalf("model %v, max_completion_tokens %v", body["model"], body["max_completion_tokens"])
 	}
@@ -728,7 +664,7 @@ func TestToolChoiceAndOptionOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := mustJSON(t, body)
+	raw := providertest.MustJSON(t, body)
 	var got map[string]any
 	_ = json.Unmarshal([]byte(raw), &got)
 	if !reflect.DeepEqual(got["tool_choice"], map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}) {
@@ -831,5 +767,5 @@ func FuzzStream(f *testing.F) {
 // to the session together).
 func TestReady(t *testing.T) {
 	open := func(body io.ReadCloser) harness.ReadyStream { return newStream(context.Background(), body, "G1") }
-	providertest.CheckReady(t, open, fixture(t, "text.sse"), 3, "Hello")
+	providertest.CheckReady(t, open, providertest.Fixture(t, "text.sse"), 3, "Hello")
 }
