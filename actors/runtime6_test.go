@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/a2-runtime/a2/internal/testutil"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -266,7 +267,7 @@ func toolCrashOnce(seed uint64, runs *sync.Map, reported *int) error {
 		return err
 	}
 	defer st2.Close()
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	rt2, _ := New(st2, []*Agent{agent(script.New(sc), &never)}, Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	defer rt2.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -347,23 +348,6 @@ func TestToolRecoveryAtCrashPoints(t *testing.T) {
 	if points >= 20 && reported == 0 {
 		t.Fatal("no crash point lapsed a report tool's claim: the test does not exercise recovery")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // failingStore fails its n-th append with an I/O-like error, writing

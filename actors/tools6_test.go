@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2-runtime/a2/internal/testutil"
+
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
 	"github.com/a2-runtime/a2/protocol"
@@ -92,7 +94,7 @@ func TestPauseNowWithReportAndRerunTools(t *testing.T) {
 		func(a *AgentOptions) {
 			a.Tools = []tools.Tool{{Name: "shell", Execute: block(&shellRuns), Recovery: "report"}, {Name: "fetchDocs", Execute: block(&fetchRuns)}}
 		})
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	f.rt.opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	defer func() {
 		if t.Failed() {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2-runtime/a2/internal/testutil"
+
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/gateway"
 	"github.com/a2-runtime/a2/gateway/gatewaytest"
@@ -386,7 +388,7 @@ func TestServerSideErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs testutil.SyncBuffer
 			logger := slog.New(slog.NewTextHandler(&logs, nil))
 			f := newFixture(t, `{}`, gateway.Options{Logger: logger}, func(r gateway.Router) gateway.Router {
 				tc.router.Router = r
@@ -412,21 +414,4 @@ func TestServerSideErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,9 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/a2-runtime/a2/internal/testutil"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -22,28 +22,10 @@ import (
 	"github.com/a2-runtime/a2/protocol"
 )
 
-// syncBuffer is an io.Writer safe for the node's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runningNode is a node served by serve on a loopback port.
 type runningNode struct {
 	url    string
-	out    *syncBuffer
+	out    *testutil.SyncBuffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -60,10 +42,10 @@ func startNode(t *testing.T, cfg config) *runningNode {
 		cfg.data = "data"
 	}
 	cfg.fs = vfs.NewMem()
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	cfg.logger = slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &runningNode{url: "http://" + ln.Addr().String(), out: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	n := &runningNode{url: "http://" + ln.Addr().String(), out: &testutil.SyncBuffer{}, cancel: cancel, done: make(chan error, 1)}
 	go func() { n.done <- serve(ctx, cfg, ln, n.out) }()
 	t.Cleanup(func() {
 		cancel()
@@ -163,7 +145,7 @@ func TestChat(t *testing.T) {
 	// depends on timing; steering an idle session starts a turn, which does
 	// not. So the steer comes first.
 	in := strings.NewReader("/stop\n/frobnicate\n/pause now\n/resume\n/steer what time is it?\ncalculate 2+3\n/queue hello\n")
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := runCommand(ctx, []string{"chat", "--url", n.url, "--session", "chat-test"}, func(string) string { return "" }, in, &out, io.Discard)
@@ -181,7 +163,7 @@ func TestChat(t *testing.T) {
 		t.Fatalf("a command failed:\n%s", got)
 	}
 	// A second chat resumes the session and shows its transcript.
-	var again syncBuffer
+	var again testutil.SyncBuffer
 	err = runCommand(ctx, []string{"chat", "--url", n.url, "--session", "chat-test"}, func(string) string { return "" }, strings.NewReader("/quit\n"), &again, io.Discard)
 	if err != nil || !strings.Contains(again.String(), "2+3 = 5") {
 		t.Fatalf("resumed chat: %v\n%s", err, again.String())
