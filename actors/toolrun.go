@@ -172,7 +172,7 @@ func (s *sessionActor) execute(r *toolRun) {
 		delete(s.toolRuns, r.call)
 		return
 	}
-	hc := &tools.Context{Event: r.event, Attempt: r.attempt, Session: s.id,
+	hc := &tools.Context{Event: r.event, Attempt: r.attempt, Session: s.id, Contract: s.agent.contract,
 		Append: func(ctx context.Context, evs ...protocol.Event) ([]protocol.Event, error) {
 			return s.rt.Push(ctx, s.agent.Name(), s.id, evs, true)
 		}}

@@ -69,3 +69,93 @@ func TestMaxStepsFailsWithStepLimit(t *testing.T) {
 		t.Fatalf("error %+v, %d calls", st.Error, len(f.model.Calls()))
 	}
 }
+
+// R-TOOL-22: a tool written against a shared contract gets its handler
+// context through tools.ContextFor(ctx, contract), and appends that
+// contract's application events; run by an agent of another contract it
+// gets ErrContractMismatch (the call ends as an error result) and appends
+// nothing.
+func TestHandlerContextForAContract(t *testing.T) {
+	type notes struct {
+		Count int `json:"count"`
+	}
+	desk, err := protocol.AgentContract(protocol.ContractOptions{Name: "assistant",
+		Events: map[string]protocol.Schema{"note.added": nil},
+		Reducer: protocol.NewReducer("notes.v1", notes{}, func(n notes, ev protocol.Event) notes {
+			if ev.Type == "note.added" {
+				n.Count++
+			}
+			return n
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := protocol.AgentContract(protocol.ContractOptions{Name: "assistant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mismatch atomic.Value
+	note := tools.Tool{Name: "note", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		hc, err := tools.ContextFor(ctx, desk)
+		if err != nil {
+			mismatch.Store(err)
+			return nil, err
+		}
+		id := "note-" + hc.Call.ToolCallID
+		if _, err := hc.Append(ctx, protocol.Event{ID: id, Type: "note.added", Payload: json.RawMessage(`{}`)}); err != nil {
+			return nil, err
+		}
+		return json.RawMessage(`{"noted":true}`), nil
+	}}
+	script := `{"replies":[{"match":"note","toolCalls":[{"name":"note","input":{}}],"then":{"text":"done"}}]}`
+	for _, tc := range []struct {
+		name     string
+		contract *protocol.Contract
+		state    string // the tool part's final state
+		count    int
+	}{
+		{"the tool's contract", desk, protocol.ToolOutputAvailable, 1},
+		{"another contract", other, protocol.ToolOutputError, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mismatch = atomic.Value{}
+			f := newFixture(t, script, func(a *AgentOptions) {
+				a.Name, a.Contract, a.Tools = "", tc.contract, []tools.Tool{note}
+			})
+			f.push("s1", protocol.Inputs.Text("m1", "note this"))
+			st := f.waitFor("s1", "answered", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+			var states []string
+			for _, p := range st.Messages[1].Parts {
+				if p.IsToolPart() {
+					states = append(states, p.State)
+				}
+			}
+			if len(states) != 1 || states[0] != tc.state {
+				t.Fatalf("tool parts %v, want [%s]", states, tc.state)
+			}
+			full, _, err := f.rt.State(context.Background(), "assistant", "s1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.contract == desk {
+				if n := full.App.(notes).Count; n != tc.count {
+					t.Fatalf("%d notes in the application state, want %d", n, tc.count)
+				}
+				return
+			}
+			err, _ = mismatch.Load().(error)
+			if !errors.Is(err, tools.ErrContractMismatch) || !strings.Contains(err.Error(), "notes.v1") {
+				t.Fatalf("ContextFor under another contract: %v", err)
+			}
+			evs, _ := f.store.Read(context.Background(), "s1", 0, 1000)
+			for _, ev := range evs {
+				if ev.Type == "note.added" {
+					t.Fatal("a note was appended under another contract")
+				}
+			}
+		})
+	}
+	if _, err := tools.ContextFor(context.Background(), desk); !errors.Is(err, tools.ErrNoHandlerContext) {
+		t.Fatalf("ContextFor outside Execute: %v", err)
+	}
+}

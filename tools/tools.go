@@ -152,6 +152,9 @@ type Context struct {
 	Attempt int
 	// Session is the session's ID.
 	Session string
+	// Contract is the executing agent's contract: its application events
+	// and state (ContextFor checks a tool's expectation against it).
+	Contract *protocol.Contract
 	// Append appends trusted events to the session (server append).
 	Append func(ctx context.Context, events ...protocol.Event) ([]protocol.Event, error)
 	// Preliminary streams a non-final output of this attempt: it is
@@ -187,6 +190,36 @@ func FromContext(ctx context.Context) (*Context, error) {
 	hc, ok := ctx.Value(ctxKey{}).(*Context)
 	if !ok || hc == nil {
 		return nil, ErrNoHandlerContext
+	}
+	return hc, nil
+}
+
+// ErrContractMismatch is returned by ContextFor when the tool runs for an
+// agent of another contract (R-TOOL-22).
+var ErrContractMismatch = errors.New("tools: the handler context belongs to an agent of another contract")
+
+// ContextFor returns the handler context of the running execution for a
+// tool written against contract (the shared value given to the agents that
+// use the tool): the Go counterpart of handlerContext(contract), whose
+// application events and state are contract's (R-TOOL-22). It fails with
+// ErrNoHandlerContext outside a tool execution, and with
+// ErrContractMismatch, naming both contracts, when the executing agent has
+// another contract: a tool meant for one agent's events must not append
+// them to another's log.
+func ContextFor(ctx context.Context, contract *protocol.Contract) (*Context, error) {
+	hc, err := FromContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if contract == nil || hc.Contract != contract {
+		have, want := "none", "none"
+		if hc.Contract != nil {
+			have = fmt.Sprintf("%q (reducer %s)", hc.Contract.Name(), hc.Contract.ReducerName())
+		}
+		if contract != nil {
+			want = fmt.Sprintf("%q (reducer %s)", contract.Name(), contract.ReducerName())
+		}
+		return nil, fmt.Errorf("%w: the tool expects contract %s, the executing agent has %s", ErrContractMismatch, want, have)
 	}
 	return hc, nil
 }
