@@ -63,6 +63,22 @@ func CheckLimit(limit int) error {
 	return nil
 }
 
+// CheckSnapshotName checks the session and reducer names of SaveSnapshot
+// and LoadSnapshot: ErrInvalid for a bad session ID, or an empty reducer
+// name or one that is not valid UTF-8.
+func CheckSnapshotName(session, reducer string) error {
+	if err := CheckSession(session); err != nil {
+		return err
+	}
+	if reducer == "" {
+		return fmt.Errorf("%w: empty reducer name", ErrInvalid)
+	}
+	if err := CheckSession(reducer); err != nil {
+		return fmt.Errorf("%w: reducer name %q is not valid UTF-8", ErrInvalid, reducer)
+	}
+	return nil
+}
+
 // CheckRead checks a Read's arguments, then ctx: ErrInvalid for a bad
 // session ID or a negative limit, ctx's error once it is done.
 func CheckRead(ctx context.Context, session string, limit int) error {

@@ -736,7 +736,7 @@ func (s *Store) Sessions(ctx context.Context, after string, limit int) ([]string
 // SaveSnapshot implements persistence.Store. The snapshot and the deletion
 // of those beyond the retention count commit in one synced batch.
 func (s *Store) SaveSnapshot(ctx context.Context, snap persistence.Snapshot) error {
-	if err := checkSnapshotName(snap.Session, snap.Reducer); err != nil {
+	if err := persistence.CheckSnapshotName(snap.Session, snap.Reducer); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -818,7 +818,7 @@ func (s *Store) SaveSnapshot(ctx context.Context, snap persistence.Snapshot) err
 // LoadSnapshot implements persistence.Store: the last key of the
 // (session, reducer) prefix is the snapshot with the highest index.
 func (s *Store) LoadSnapshot(ctx context.Context, session, reducer string) (persistence.Snapshot, bool, error) {
-	if err := checkSnapshotName(session, reducer); err != nil {
+	if err := persistence.CheckSnapshotName(session, reducer); err != nil {
 		return persistence.Snapshot{}, false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -857,19 +857,6 @@ func (s *Store) LoadSnapshot(ctx context.Context, session, reducer string) (pers
 		return persistence.Snapshot{}, false, corrupt(key, fmt.Errorf("record names session %q reducer %q index %d", snap.Session, snap.Reducer, snap.Index))
 	}
 	return snap, true, nil
-}
-
-func checkSnapshotName(session, reducer string) error {
-	if err := persistence.CheckSession(session); err != nil {
-		return err
-	}
-	if reducer == "" {
-		return fmt.Errorf("%w: empty reducer name", persistence.ErrInvalid)
-	}
-	if err := persistence.CheckSession(reducer); err != nil {
-		return fmt.Errorf("%w: reducer name %q is not valid UTF-8", persistence.ErrInvalid, reducer)
-	}
-	return nil
 }
 
 // Close implements persistence.Store.

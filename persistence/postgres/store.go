@@ -663,7 +663,7 @@ func (s *Store) Sessions(ctx context.Context, after string, limit int) ([]string
 // SaveSnapshot implements persistence.Store: an upsert and the deletion of
 // the snapshots beyond the retention count, in one transaction.
 func (s *Store) SaveSnapshot(ctx context.Context, snap persistence.Snapshot) error {
-	if err := checkSnapshotName(snap.Session, snap.Reducer); err != nil {
+	if err := persistence.CheckSnapshotName(snap.Session, snap.Reducer); err != nil {
 		return err
 	}
 	if snap.Index > math.MaxInt64 {
@@ -699,7 +699,7 @@ func (s *Store) SaveSnapshot(ctx context.Context, snap persistence.Snapshot) err
 
 // LoadSnapshot implements persistence.Store.
 func (s *Store) LoadSnapshot(ctx context.Context, session, reducer string) (persistence.Snapshot, bool, error) {
-	if err := checkSnapshotName(session, reducer); err != nil {
+	if err := persistence.CheckSnapshotName(session, reducer); err != nil {
 		return persistence.Snapshot{}, false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -724,19 +724,6 @@ func (s *Store) LoadSnapshot(ctx context.Context, session, reducer string) (pers
 		return persistence.Snapshot{}, false, fmt.Errorf("%w: snapshot of session %q reducer %q has index %d", persistence.ErrCorrupt, session, reducer, idx)
 	}
 	return persistence.Snapshot{Session: session, Reducer: reducer, Index: uint64(idx), State: state}, true, nil
-}
-
-func checkSnapshotName(session, reducer string) error {
-	if err := persistence.CheckSession(session); err != nil {
-		return err
-	}
-	if reducer == "" {
-		return fmt.Errorf("%w: empty reducer name", persistence.ErrInvalid)
-	}
-	if err := persistence.CheckSession(reducer); err != nil {
-		return fmt.Errorf("%w: reducer name %q is not valid UTF-8", persistence.ErrInvalid, reducer)
-	}
-	return nil
 }
 
 // Close implements persistence.Store: it wakes blocked Waits, waits for the
