@@ -31,7 +31,6 @@ type lane struct {
 	request   string
 	attempt   int
 	pid       *actor.PID
-	cancel    context.CancelCauseFunc
 	startedEv *protocol.Event
 	started   bool
 	// pre are the compaction events of the step, written after its start
@@ -140,7 +139,6 @@ func (s *sessionActor) reconcile() {
 		case s.state.AI.TerminalGenerations[id] == protocol.GenSuperseded:
 			cause = ErrSuperseded
 		}
-		l.cancel(cause)
 		s.ctx.Send(l.pid, &cancelLane{cause: cause})
 		s.rt.opts.Logger.Debug("lane cancelled", "session", s.id, "generation", id, "cause", cause)
 	}
@@ -199,7 +197,6 @@ func (s *sessionActor) startLane(w protocol.Work) {
 	}, actor.WithDispatcher(s.rt.dispatcher))
 	l.pid = s.ctx.Spawn(props)
 	s.rt.opts.Logger.Debug("lane started", "session", s.id, "request", w.RequestID, "generation", gen, "attempt", attempt)
-	l.cancel = func(cause error) {}
 	s.lanes[gen] = l
 }
 

@@ -181,7 +181,7 @@ func TestApprovalFlow(t *testing.T) {
 		approvalID = id
 	}
 	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "x" }}.Approve(approvalID)...)
-	st = f.waitFor("s1", "shipped", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "shipped" })
+	f.waitFor("s1", "shipped", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "shipped" })
 	if deploys.Load() != 1 || lookups.Load() != 2 {
 		t.Fatalf("deploys %d lookups %d", deploys.Load(), lookups.Load())
 	}
@@ -191,7 +191,7 @@ func TestApprovalFlow(t *testing.T) {
 		approvalID = id
 	}
 	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "y" }}.Deny(approvalID, "not today")...)
-	st = f.waitFor("s1", "denied", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "not shipped" })
+	f.waitFor("s1", "denied", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "not shipped" })
 	if deploys.Load() != 1 {
 		t.Fatal("a denied tool ran")
 	}

@@ -148,9 +148,8 @@ func (s *sessionActor) Receive(c actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopping = true
-		for _, l := range s.lanes {
-			l.cancel(errSessionStopped)
-		}
+		// Lanes are child actors: stopping stops them, and each cancels its
+		// step's context (laneActor, on Stopping).
 		for _, r := range s.toolRuns {
 			s.cancelRun(r, errSessionStopped)
 		}

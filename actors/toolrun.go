@@ -25,7 +25,6 @@ type toolRun struct {
 	executing bool
 	seq       int // preliminary outputs sent
 	pid       *actor.PID
-	cancel    func(error)
 }
 
 // toolPreliminary is a preliminary output a running attempt streams.

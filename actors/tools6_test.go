@@ -114,7 +114,7 @@ func TestPauseNowWithReportAndRerunTools(t *testing.T) {
 		t.Fatalf("the report tool was not reported: %+v", st.Tools["sh"])
 	}
 	f.push("s1", withID(protocol.Inputs.Resume(), "r1"))
-	st = f.waitFor("s1", "answered", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "after resume" })
+	f.waitFor("s1", "answered", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "after resume" })
 	if shellRuns.Load() != 1 || fetchRuns.Load() != 2 {
 		t.Fatalf("shell ran %d times (want 1), fetchDocs %d (want 2)", shellRuns.Load(), fetchRuns.Load())
 	}
