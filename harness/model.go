@@ -59,6 +59,24 @@ type Request struct {
 	GenerationID string
 }
 
+// LatestUserText is the text of the prompt's last user message ("" when
+// there is none): what the script and demo models answer to.
+func (r Request) LatestUserText() string {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role != ModelRoleUser {
+			continue
+		}
+		var b strings.Builder
+		for _, p := range r.Messages[i].Content {
+			if p.Type == ContentText {
+				b.WriteString(p.Text)
+			}
+		}
+		return b.String()
+	}
+	return ""
+}
+
 // ToolDefinition is a tool as the model sees it.
 type ToolDefinition struct {
 	Name        string          `json:"name"`

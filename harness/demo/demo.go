@@ -80,7 +80,7 @@ func decide(req harness.Request) reply {
 	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == harness.ModelRoleTool {
 		return reply{text: answerFromResults(req.Messages[n-1])}
 	}
-	text := latestUserText(req)
+	text := req.LatestUserText()
 	lower := strings.ToLower(text)
 	offers := map[string]bool{}
 	for _, t := range req.Tools {
@@ -210,23 +210,6 @@ func answerFromResults(m harness.ModelMessage) string {
 		return "The tool call finished without a result I can read."
 	}
 	return strings.Join(out, " ") + " That tool call was recorded in the session log like everything else."
-}
-
-// latestUserText is the text of the prompt's last user message.
-func latestUserText(req harness.Request) string {
-	for i := len(req.Messages) - 1; i >= 0; i-- {
-		if req.Messages[i].Role != harness.ModelRoleUser {
-			continue
-		}
-		var b strings.Builder
-		for _, p := range req.Messages[i].Content {
-			if p.Type == harness.ContentText {
-				b.WriteString(p.Text)
-			}
-		}
-		return b.String()
-	}
-	return ""
 }
 
 // plan lays out the chunks of the reply to req.

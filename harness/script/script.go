@@ -137,23 +137,6 @@ func (m *Model) Calls() []harness.Request {
 	return append([]harness.Request(nil), m.calls...)
 }
 
-// latestUserText is the text of the prompt's last user message.
-func latestUserText(req harness.Request) string {
-	for i := len(req.Messages) - 1; i >= 0; i-- {
-		if req.Messages[i].Role != harness.ModelRoleUser {
-			continue
-		}
-		var b strings.Builder
-		for _, p := range req.Messages[i].Content {
-			if p.Type == harness.ContentText {
-				b.WriteString(p.Text)
-			}
-		}
-		return b.String()
-	}
-	return ""
-}
-
 func (m *Model) choose(req harness.Request) (*Reply, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -180,7 +163,7 @@ func (m *Model) choose(req harness.Request) (*Reply, error) {
 		used = map[int]bool{}
 		m.used[req.SessionID] = used
 	}
-	text := strings.ToLower(latestUserText(req))
+	text := strings.ToLower(req.LatestUserText())
 	for i := range m.script.Replies {
 		r := &m.script.Replies[i]
 		if !used[i] && r.Match != "" && strings.Contains(text, strings.ToLower(r.Match)) {
