@@ -23,9 +23,6 @@ import (
 	"github.com/a2-runtime/a2/protocol"
 )
 
-// wait bounds every wait of these tests; the tests never assert speed.
-const wait = 10 * time.Second
-
 func simpleRequest() harness.Request {
 	return harness.Request{
 		Model:        "gpt-5-mini",
@@ -385,104 +382,11 @@ func TestCleanEndOfBody(t *testing.T) {
 	}
 }
 
-func TestCancelSlowStream(t *testing.T) {
-	evs := providertest.Events(providertest.Fixture(t, "text.sse"))
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		for _, e := range evs[:3] {
-			_, _ = w.Write(e)
-		}
-		w.(http.Flusher).Flush()
-		select { // a model that stalls
-		case <-r.Context().Done():
-		case <-release:
-		}
-	}))
-	defer srv.Close()
-	defer close(release) // before srv.Close, which waits for the handler
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := open(t, New(Options{BaseURL: srv.URL}), ctx, simpleRequest())
-	for {
-		c, err := s.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.Type == "text-start" {
-			break
-		}
-	}
-	cancel()
-	done := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := s.Next(); err != nil {
-				done <- err
-				return
-			}
-		}
-	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("want context.Canceled, got %v", err)
-		}
-	case <-time.After(wait):
-		t.Fatal("the stream did not return after cancellation")
-	}
-}
-
-func TestCancelBeforeTheResponse(t *testing.T) {
-	arrived := make(chan struct{})
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		close(arrived)
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	}))
-	defer srv.Close()
-	defer close(release) // before srv.Close, which waits for the handler
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := New(Options{BaseURL: srv.URL}).Stream(ctx, simpleRequest())
-		done <- err
-	}()
-	select {
-	case <-arrived:
-	case <-time.After(wait):
-		t.Fatal("the request never arrived")
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != context.Canceled {
-			t.Fatalf("want ctx.Err(), got %v", err)
-		}
-	case <-time.After(wait):
-		t.Fatal("Stream did not return after cancellation")
-	}
-}
-
-func TestCloseStopsTheStream(t *testing.T) {
-	srv, _ := providertest.Replay(t, "text.sse")
-	s := open(t, New(Options{BaseURL: srv.URL}), context.Background(), simpleRequest())
-	if c, err := s.Next(); err != nil || c.Type != "start" {
-		t.Fatal(c, err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal("a second Close must be fine:", err)
-	}
-	if _, err := s.Next(); !errors.Is(err, ErrStreamClosed) {
-		t.Fatalf("Next after Close: %v", err)
-	}
+// Cancellation and Close end the stream (the shared checks).
+func TestCancellationAndClose(t *testing.T) {
+	providertest.CheckCancellation(t, providertest.Provider{
+		Model:   func(baseURL string) harness.Model { return New(Options{BaseURL: baseURL}) },
+		Request: simpleRequest(), Fixture: providertest.Fixture(t, "text.sse"), HeldAfter: 3, Closed: ErrStreamClosed})
 }
 
 func goldenRequest() harness.Request {
