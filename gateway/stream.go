@@ -76,23 +76,18 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case ev, ok := <-events:
-			if !ok {
-				g.endStream(bw, errc, flush)
-				return
-			}
-			writeSSE(bw, ev)
-			// Flush per batch: write what is already there, then flush once.
-		drain:
-			for {
+			// Flush per batch: write this event and every one already
+			// there, then flush once.
+			for more := true; more; {
+				if !ok {
+					g.endStream(bw, errc, flush)
+					return
+				}
+				writeSSE(bw, ev)
 				select {
-				case ev, ok := <-events:
-					if !ok {
-						g.endStream(bw, errc, flush)
-						return
-					}
-					writeSSE(bw, ev)
+				case ev, ok = <-events:
 				default:
-					break drain
+					more = false
 				}
 			}
 			if flush() != nil {
