@@ -63,10 +63,10 @@ func CheckLimit(limit int) error {
 	return nil
 }
 
-// CheckSnapshotName checks the session and reducer names of SaveSnapshot
-// and LoadSnapshot: ErrInvalid for a bad session ID, or an empty reducer
-// name or one that is not valid UTF-8.
-func CheckSnapshotName(session, reducer string) error {
+// CheckSnapshot checks the session and reducer names of SaveSnapshot and
+// LoadSnapshot, then ctx: ErrInvalid for a bad session ID, or an empty
+// reducer name or one that is not valid UTF-8; ctx's error once it is done.
+func CheckSnapshot(ctx context.Context, session, reducer string) error {
 	if err := CheckSession(session); err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func CheckSnapshotName(session, reducer string) error {
 	if err := CheckSession(reducer); err != nil {
 		return fmt.Errorf("%w: reducer name %q is not valid UTF-8", ErrInvalid, reducer)
 	}
-	return nil
+	return ctx.Err()
 }
 
 // CheckRead checks a Read's arguments, then ctx: ErrInvalid for a bad

@@ -736,10 +736,7 @@ func (s *Store) Sessions(ctx context.Context, after string, limit int) ([]string
 // SaveSnapshot implements persistence.Store. The snapshot and the deletion
 // of those beyond the retention count commit in one synced batch.
 func (s *Store) SaveSnapshot(ctx context.Context, snap persistence.Snapshot) error {
-	if err := persistence.CheckSnapshotName(snap.Session, snap.Reducer); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := persistence.CheckSnapshot(ctx, snap.Session, snap.Reducer); err != nil {
 		return err
 	}
 	if err := s.enter(); err != nil {
@@ -818,10 +815,7 @@ func (s *Store) SaveSnapshot(ctx context.Context, snap persistence.Snapshot) err
 // LoadSnapshot implements persistence.Store: the last key of the
 // (session, reducer) prefix is the snapshot with the highest index.
 func (s *Store) LoadSnapshot(ctx context.Context, session, reducer string) (persistence.Snapshot, bool, error) {
-	if err := persistence.CheckSnapshotName(session, reducer); err != nil {
-		return persistence.Snapshot{}, false, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := persistence.CheckSnapshot(ctx, session, reducer); err != nil {
 		return persistence.Snapshot{}, false, err
 	}
 	if err := s.enter(); err != nil {

@@ -663,13 +663,10 @@ func (s *Store) Sessions(ctx context.Context, after string, limit int) ([]string
 // SaveSnapshot implements persistence.Store: an upsert and the deletion of
 // the snapshots beyond the retention count, in one transaction.
 func (s *Store) SaveSnapshot(ctx context.Context, snap persistence.Snapshot) error {
-	if err := persistence.CheckSnapshotName(snap.Session, snap.Reducer); err != nil {
-		return err
-	}
 	if snap.Index > math.MaxInt64 {
 		return fmt.Errorf("%w: snapshot index %d does not fit PostgreSQL's bigint", persistence.ErrInvalid, snap.Index)
 	}
-	if err := ctx.Err(); err != nil {
+	if err := persistence.CheckSnapshot(ctx, snap.Session, snap.Reducer); err != nil {
 		return err
 	}
 	if err := s.enter(); err != nil {
@@ -699,10 +696,7 @@ func (s *Store) SaveSnapshot(ctx context.Context, snap persistence.Snapshot) err
 
 // LoadSnapshot implements persistence.Store.
 func (s *Store) LoadSnapshot(ctx context.Context, session, reducer string) (persistence.Snapshot, bool, error) {
-	if err := persistence.CheckSnapshotName(session, reducer); err != nil {
-		return persistence.Snapshot{}, false, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := persistence.CheckSnapshot(ctx, session, reducer); err != nil {
 		return persistence.Snapshot{}, false, err
 	}
 	if err := s.enter(); err != nil {
