@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
@@ -17,29 +18,61 @@ type decodedProgress struct {
 
 // NewProgressEvent builds the ai.generation.progress event with the given
 // ID and cause for p, which it takes over: the caller must not change
-// p.Chunks afterwards. Its payload is p's JSON, and the event carries p
+// p.Chunks while the event, or a copy of it, may still be folded (Plain
+// returns a copy that no longer refers to them). Its payload is p's JSON, and the event carries p
 // decoded as well: Fold applies it without decoding the payload again,
 // which is most of the cost of folding a progress batch the runtime has
 // just built. The result is the same as folding the payload: a chunk whose
 // JSON does not decode back to itself (raw JSON fields, which encoding
 // compacts; strings that are not valid UTF-8) is kept as its decoding.
 func NewProgressEvent(id, cause string, p GenerationProgress) (Event, error) {
-	// The decoded chunks are p.Chunks themselves (the caller hands them
-	// over) unless one does not round-trip: then a copy holds its decoding.
-	d := &decodedProgress{generationID: p.GenerationID, fromIndex: p.FromIndex,
-		raws: make([]json.RawMessage, len(p.Chunks)), chunks: p.Chunks}
 	gen, err := json.Marshal(p.GenerationID)
 	if err != nil {
 		return Event{}, err
 	}
+	// The same bytes as json.Marshal(p) (fields in declaration order),
+	// written into one buffer; each chunk's JSON, kept by the projection, is
+	// a slice of it.
 	size := 64 + len(gen)
 	for i := range p.Chunks {
-		raw, err := json.Marshal(&p.Chunks[i])
-		if err != nil {
-			return Event{}, err
+		c := &p.Chunks[i]
+		size += 48 + len(c.Type) + len(c.ID) + len(c.Delta) + len(c.ToolCallID) + len(c.InputTextDelta) + len(c.Input) + len(c.Output) + len(c.Data)
+	}
+	var buf bytes.Buffer
+	buf.Grow(size)
+	buf.WriteString(`{"generationId":`)
+	buf.Write(gen)
+	buf.WriteString(`,"fromIndex":`)
+	buf.Write(strconv.AppendInt(nil, int64(p.FromIndex), 10))
+	buf.WriteString(`,"chunks":`)
+	ends := make([]int, 2*len(p.Chunks)) // start and end of each chunk
+	if p.Chunks == nil {
+		buf.WriteString("null")
+	} else {
+		buf.WriteByte('[')
+		enc := json.NewEncoder(&buf) // json.Marshal's bytes, and a newline
+		for i := range p.Chunks {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			ends[2*i] = buf.Len()
+			if err := enc.Encode(&p.Chunks[i]); err != nil {
+				return Event{}, err
+			}
+			buf.Truncate(buf.Len() - 1)
+			ends[2*i+1] = buf.Len()
 		}
+		buf.WriteByte(']')
+	}
+	buf.WriteByte('}')
+	b := buf.Bytes()
+	// The decoded chunks are p.Chunks themselves (the caller hands them
+	// over) unless one does not round-trip: then a copy holds its decoding.
+	d := &decodedProgress{generationID: p.GenerationID, fromIndex: p.FromIndex,
+		raws: make([]json.RawMessage, len(p.Chunks)), chunks: p.Chunks}
+	for i := range p.Chunks {
+		raw := b[ends[2*i]:ends[2*i+1]:ends[2*i+1]]
 		d.raws[i] = raw
-		size += len(raw) + 1
 		if !roundTrips(&p.Chunks[i]) {
 			if &d.chunks[0] == &p.Chunks[0] {
 				d.chunks = append([]UIMessageChunk(nil), p.Chunks...)
@@ -50,27 +83,16 @@ func NewProgressEvent(id, cause string, p GenerationProgress) (Event, error) {
 			}
 		}
 	}
-	// The same bytes as json.Marshal(p): fields in declaration order.
-	b := make([]byte, 0, size)
-	b = append(b, `{"generationId":`...)
-	b = append(b, gen...)
-	b = append(b, `,"fromIndex":`...)
-	b = strconv.AppendInt(b, int64(p.FromIndex), 10)
-	b = append(b, `,"chunks":`...)
-	if p.Chunks == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, raw := range d.raws {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, raw...)
-		}
-		b = append(b, ']')
-	}
-	b = append(b, '}')
 	return Event{ID: id, Type: TypeGenerationProgress, Payload: b, Cause: cause, progress: d}, nil
+}
+
+// Plain returns e without the decoding NewProgressEvent attached to it: the
+// event as a store or a subscriber sees it, whose fold decodes Payload. A
+// caller that reuses the chunks it handed to NewProgressEvent makes every
+// copy of the event it keeps Plain first.
+func (e Event) Plain() Event {
+	e.progress = nil
+	return e
 }
 
 // roundTrips reports whether c's JSON decodes to c itself: no raw JSON

@@ -43,10 +43,15 @@ func TestNewProgressEventFoldsLikeItsPayload(t *testing.T) {
 			if !bytes.Equal(typedEv.Payload, want) {
 				t.Fatalf("progress %s: payload\n%s\nwant json.Marshal's\n%s", ev.ID, typedEv.Payload, want)
 			}
-			plainEv = Event{ID: ev.ID, Type: ev.Type, Payload: append([]byte(nil), want...), Session: ev.Session, Cause: ev.Cause}
+			plainEv = typedEv.Plain()
 		}
 		if err := Fold(typed, typedEv); err != nil {
 			t.Fatalf("fold the built %s: %v", ev.Type, err)
+		}
+		if ev.Type == TypeGenerationProgress {
+			// Once folded, the chunks may be reused (as the runtime does):
+			// the Plain copy decodes its payload and does not see them.
+			clear(typedEv.progress.chunks)
 		}
 		if err := Fold(plain, plainEv); err != nil {
 			t.Fatalf("fold the stored %s: %v", ev.Type, err)
