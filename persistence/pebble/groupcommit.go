@@ -38,6 +38,12 @@ type groupCommit struct {
 	wake  chan struct{} // buffered: a pending wake-up is enough
 	stop  chan struct{} // closed by Close once no call is in progress
 	done  chan struct{} // closed when the committer has returned
+
+	// merged is the committer's batch for groups of more than one, reset
+	// and reused after each commit: the committer is on every append's
+	// path, and a fresh batch per group made it allocate, so that the
+	// garbage collector charged it assist work while everyone waited.
+	merged *pebbledb.Batch
 }
 
 type commitRequest struct {
@@ -63,6 +69,10 @@ func (s *Store) startCommitter() {
 func (s *Store) stopCommitter() {
 	close(s.group.stop)
 	<-s.group.done
+	if s.group.merged != nil {
+		_ = s.group.merged.Close()
+		s.group.merged = nil
+	}
 }
 
 // commit writes b with a WAL sync, in a group with other callers' batches,
@@ -127,8 +137,21 @@ func (s *Store) committer() {
 func (s *Store) commitGroup(group []*commitRequest) (err error) {
 	b := group[0].b
 	if len(group) > 1 {
-		b = s.db.NewBatch()
-		defer b.Close()
+		g := &s.group
+		if g.merged == nil {
+			g.merged = s.db.NewBatch()
+		}
+		b = g.merged
+		defer func() {
+			if err != nil {
+				// Not reused after a failure (Pebble forbids it, and the
+				// store has failed).
+				_ = b.Close()
+				g.merged = nil
+				return
+			}
+			b.Reset()
+		}()
 		for _, r := range group {
 			if err := b.Apply(r.b, nil); err != nil {
 				for _, r := range group {

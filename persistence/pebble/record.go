@@ -47,11 +47,15 @@ const (
 	snapState   protowire.Number = 4
 )
 
-func sizeString(n protowire.Number, s string) int {
-	if s == "" {
+func sizeString(n protowire.Number, s string) int { return sizeLen(n, len(s)) }
+
+// sizeLen is the size of a length-delimited field of n bytes (none when
+// empty).
+func sizeLen(num protowire.Number, n int) int {
+	if n == 0 {
 		return 0
 	}
-	return protowire.SizeTag(n) + protowire.SizeBytes(len(s))
+	return protowire.SizeTag(num) + protowire.SizeBytes(n)
 }
 
 func sizeVarint(n protowire.Number, v uint64) int {
@@ -87,11 +91,7 @@ func appendVarint(b []byte, n protowire.Number, v uint64) []byte {
 
 // encodeEvent appends the record of e to dst.
 func encodeEvent(dst []byte, e *protocol.Event) []byte {
-	size := sizeString(eventID, e.ID) + sizeString(eventType, e.Type) +
-		sizeString(eventPayload, string(e.Payload)) + sizeVarint(eventIndex, e.Index) +
-		sizeString(eventSession, e.Session) + sizeVarint(eventTime, uint64(e.Time)) +
-		sizeString(eventCause, e.Cause)
-	if cap(dst)-len(dst) < size {
+	if size := eventSize(e); cap(dst)-len(dst) < size {
 		dst = append(make([]byte, 0, len(dst)+size), dst...)
 	}
 	dst = appendString(dst, eventID, e.ID)
@@ -102,6 +102,14 @@ func encodeEvent(dst []byte, e *protocol.Event) []byte {
 	dst = appendVarint(dst, eventTime, uint64(e.Time))
 	dst = appendString(dst, eventCause, e.Cause)
 	return dst
+}
+
+// eventSize is the length of e's record.
+func eventSize(e *protocol.Event) int {
+	return sizeString(eventID, e.ID) + sizeString(eventType, e.Type) +
+		sizeLen(eventPayload, len(e.Payload)) + sizeVarint(eventIndex, e.Index) +
+		sizeString(eventSession, e.Session) + sizeVarint(eventTime, uint64(e.Time)) +
+		sizeString(eventCause, e.Cause)
 }
 
 // decodeEvent decodes an Event record. The payload is copied, so b may be

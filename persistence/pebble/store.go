@@ -374,11 +374,19 @@ func (s *Store) Append(ctx context.Context, session string, expected uint64, eve
 // event-ID index entry, then the session meta. It returns the new last index.
 func (s *Store) fillBatch(b *pebbledb.Batch, session string, last uint64, now int64, batch []protocol.Event) (uint64, error) {
 	var scratch []byte
+	key := logPrefix(session)
+	prefix := len(key)
 	for i := range batch {
 		e := &batch[i]
 		e.Index, e.Time = last+1+uint64(i), now
-		scratch = encodeEvent(scratch[:0], e)
-		if err := b.Set(logKey(session, e.Index), scratch, nil); err != nil {
+		// Encoded in place: no copy of the payload besides the batch's.
+		key = binary.BigEndian.AppendUint64(key[:prefix], e.Index)
+		op := b.SetDeferred(len(key), eventSize(e))
+		copy(op.Key, key)
+		if n := len(encodeEvent(op.Value[:0], e)); n != len(op.Value) {
+			return 0, fmt.Errorf("persistence/pebble: event %q encoded to %d bytes, sized %d", e.ID, n, len(op.Value))
+		}
+		if err := op.Finish(); err != nil {
 			return 0, fmt.Errorf("persistence/pebble: batch: %w", err)
 		}
 		scratch = encodeRef(scratch[:0], session, e.Index)
