@@ -335,7 +335,10 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 // store first, then the live tail. The channel closes when ctx ends or the
 // store fails (the error is then sent on errc).
 func (r *Runtime) Subscribe(ctx context.Context, session string, after uint64) (<-chan protocol.Event, <-chan error) {
-	out := make(chan protocol.Event, 256)
+	// A small buffer: the tail buffers durable batches itself (and reads
+	// the log when a subscriber falls behind); a large one per subscriber
+	// was a quarter of the heap with 1,000 streams.
+	out := make(chan protocol.Event, 16)
 	errc := make(chan error, 1)
 	tail, err := persistence.Follow(r.store, session, after)
 	if err != nil {

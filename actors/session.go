@@ -61,6 +61,10 @@ type sessionActor struct {
 	metaTried map[string]bool
 	lookups   int
 
+	// spent are the lanes' chunk batches the batch being assembled was built
+	// from, recycled once it is folded (see chunkBufs).
+	spent [][]protocol.UIMessageChunk
+
 	// pendingIDs are the IDs of the work events queued or being written.
 	pendingIDs map[string]bool
 	// failed is set when a write failed: the runtime activates the session
@@ -314,10 +318,18 @@ func (s *sessionActor) tryFlush() {
 		}
 	}
 	batch, pushes, err := s.assemble()
+	spent := s.spent
+	s.spent = nil
 	if err != nil {
 		s.fail(pushes, err)
 		return
 	}
+	// Folded: the chunks the progress events were built from are no longer
+	// needed, and no copy of the batch refers to them.
+	for i := range batch {
+		batch[i] = batch[i].Plain()
+	}
+	recycleChunkBufs(spent)
 	if len(batch) == 0 {
 		s.replyPushes(pushes, nil)
 		return
