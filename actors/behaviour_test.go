@@ -1,9 +1,11 @@
 package actors
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -526,4 +528,54 @@ func (f *fixture) progressSizes(session string) (sizes []int) {
 		}
 	}
 	return sizes
+}
+
+// R-PROGRESS-02 R-DELIVERY-01: the live state of a session, folded from
+// progress events built from the lanes' recycled chunk batches (chunkBufs),
+// is the state a fresh fold of its stored log gives, with many sessions
+// streaming at once so that batches pass from one session to another.
+func TestLiveStateIsTheFoldOfTheLog(t *testing.T) {
+	f := newFixture(t, `{"default":{"text":"`+strings.Repeat("alpha beta gamma delta ", 60)+`","chunkSize":3,"delayMs":1}}`, nil)
+	const sessions, turns = 12, 2
+	var wg sync.WaitGroup
+	for s := 0; s < sessions; s++ {
+		wg.Add(1)
+		go func(session string) {
+			defer wg.Done()
+			for i := 0; i < turns; i++ {
+				id := fmt.Sprintf("m%s-%d", session, i)
+				if _, err := f.rt.Push(context.Background(), "assistant", session, []protocol.Event{protocol.Inputs.Text(id, "go")}, false); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}(fmt.Sprintf("s%d", s))
+	}
+	wg.Wait()
+	for s := 0; s < sessions; s++ {
+		session := fmt.Sprintf("s%d", s)
+		live := f.waitFor(session, "both answers", func(a *protocol.AIState) bool { return idle(a) && len(a.Messages) == 2*turns })
+		log, err := f.store.Read(context.Background(), session, 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		folded := f.agent.contract.NewState()
+		progress := 0
+		for _, ev := range log {
+			if ev.Type == protocol.TypeGenerationProgress {
+				progress++
+			}
+			if err := f.agent.contract.Fold(folded, ev); err != nil {
+				t.Fatalf("%s: fold %s: %v", session, ev.ID, err)
+			}
+		}
+		if progress < 2*turns {
+			t.Fatalf("%s: %d progress events; the test streams nothing", session, progress)
+		}
+		a, _ := json.Marshal(live)
+		b, _ := json.Marshal(folded.AI)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s: the live state\n%s\nis not the fold of the log\n%s", session, a, b)
+		}
+	}
 }
