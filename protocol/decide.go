@@ -484,10 +484,12 @@ func (e *emitter) stepOnce(p Policy) (bool, error) {
 			pl.RequestID = req
 		}
 		if !ok || a.ResponseMessageID == "" {
-			// A turn whose first request was never written has no owner to
-			// fence; end it directly.
-			s.endTurn()
-			return true, nil
+			// A turn with no owner left (its request fenced by Pause now
+			// before it started, or never written) has nothing to fence: the
+			// interruption names neither a request nor a generation and ends
+			// the turn (foldInterrupted). It is an event, as every change of
+			// the state is, so that the log folds to the state the step saw.
+			pl = MessageInterrupted{MessageID: a.ResponseMessageID, Reason: ReasonSteeredAfterStep}
 		}
 		if err := e.emit(DeriveID("handoff", e.session, a.TurnID), TypeMessageInterrupted, pl); err != nil {
 			return false, err

@@ -422,13 +422,26 @@ func (s *AIState) ownerMatches(messageID, requestID, generationID string) bool {
 	return g != nil && g.GenerationID == generationID
 }
 
+// ownerlessHandoff reports whether p is the steering handoff of an active
+// turn that has no owner to fence (no request or generation in flight, see
+// stepOnce): it names neither, and the turn's response (empty when the turn
+// never requested one).
+func (s *AIState) ownerlessHandoff(p MessageInterrupted) bool {
+	a := s.Active
+	if a == nil || p.Reason != ReasonSteeredAfterStep || p.RequestID != "" || p.GenerationID != "" || p.MessageID != a.ResponseMessageID {
+		return false
+	}
+	_, _, owned := s.owner()
+	return !owned
+}
+
 // foldInterrupted ends the active response for good (R-STOP-09): it fences
 // its owner, cuts the projection at lastSeenIndex when given (R-STOP-10),
 // settles its tool calls (OQ-12), closes pending approvals and inputs, and
 // ends the turn. An interruption naming an older or mismatched owner changes
 // nothing (R-STOP-08).
 func (s *AIState) foldInterrupted(p MessageInterrupted) {
-	if !s.ownerMatches(p.MessageID, p.RequestID, p.GenerationID) {
+	if !s.ownerMatches(p.MessageID, p.RequestID, p.GenerationID) && !s.ownerlessHandoff(p) {
 		return
 	}
 	steered := p.Reason == ReasonSteeredAfterStep
