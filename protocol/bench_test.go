@@ -69,3 +69,37 @@ func BenchmarkFold(b *testing.B) {
 	b.ReportMetric(float64(len(log)), "events/log")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkDecide reports the cost of deciding one command (a send) against
+// sessions of growing history: Decide works on a copy of the state, whose
+// cost grows with the history; DecideInPlace (the runtime's) decides on the
+// state itself.
+func BenchmarkDecide(b *testing.B) {
+	for _, turns := range []int{10, 100, 1000} {
+		log := realisticLog(turns, 16)
+		for _, mode := range []string{"copy", "in-place"} {
+			b.Run("turns="+strconv.Itoa(turns)+"/"+mode, func(b *testing.B) {
+				s := NewAIState()
+				for _, ev := range log {
+					if err := Fold(s, ev); err != nil {
+						b.Fatal(err)
+					}
+				}
+				decide := Decide
+				if mode == "in-place" {
+					decide = DecideInPlace
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					id := "c-bench-" + strconv.Itoa(i)
+					cmd := Event{ID: id, Type: TypeControlRequested, Session: "s1",
+						Payload: mustJSON(Command{Action: ActionSend, Message: &UIMessage{ID: id, Role: RoleUser, Parts: []Part{{Type: PartText, Text: "hi"}}}})}
+					if _, err := decide(Policy{}, s, cmd); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

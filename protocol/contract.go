@@ -312,7 +312,40 @@ func (c *Contract) Fold(st *SessionState, ev Event) error {
 	if err := Fold(st.AI, ev); err != nil {
 		return err
 	}
-	if c != nil && c.opts.Reducer != nil {
+	return c.foldApp(st, ev)
+}
+
+// DecideInPlace decides cmd on st (see protocol.DecideInPlace) and folds
+// cmd and the returned events into st, AI and application state alike. On
+// error st may be partly changed and must be discarded.
+func (c *Contract) DecideInPlace(p Policy, st *SessionState, cmd Event) ([]Event, error) {
+	out, err := DecideInPlace(p, st.AI, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.foldApp(st, cmd); err != nil {
+		return nil, err
+	}
+	return out, c.foldApp(st, out...)
+}
+
+// StepInPlace runs the control lane's step on st (see protocol.StepInPlace)
+// and folds the returned events into st, AI and application state alike. On
+// error st may be partly changed and must be discarded.
+func (c *Contract) StepInPlace(p Policy, st *SessionState) ([]Event, error) {
+	out, err := StepInPlace(p, st.AI)
+	if err != nil {
+		return nil, err
+	}
+	return out, c.foldApp(st, out...)
+}
+
+// foldApp folds evs into the application state only.
+func (c *Contract) foldApp(st *SessionState, evs ...Event) error {
+	if c == nil || c.opts.Reducer == nil {
+		return nil
+	}
+	for _, ev := range evs {
 		next, err := c.opts.Reducer.fold(st.App, ev)
 		if err != nil {
 			return err

@@ -35,7 +35,18 @@ func Decide(p Policy, s *AIState, cmd Event) ([]Event, error) {
 	if cmd.Type != TypeControlRequested {
 		return nil, fmt.Errorf("protocol: decide: %q is not a command", cmd.Type)
 	}
-	w := s.Clone()
+	return DecideInPlace(p, s.Clone(), cmd)
+}
+
+// DecideInPlace is Decide on s itself: it folds cmd, then each event it
+// returns, into s. It spares Decide's copy of the state, whose cost grows
+// with the session's history (BenchmarkDecide), for a caller that folds the
+// returned events anyway. On error s may be partly changed and must be
+// discarded.
+func DecideInPlace(p Policy, w *AIState, cmd Event) ([]Event, error) {
+	if cmd.Type != TypeControlRequested {
+		return nil, fmt.Errorf("protocol: decide: %q is not a command", cmd.Type)
+	}
 	if err := Fold(w, cmd); err != nil {
 		return nil, err
 	}
@@ -83,7 +94,16 @@ func Step(p Policy, s *AIState) ([]Event, error) {
 	if !needsStep(p, s) {
 		return nil, nil
 	}
-	out := &emitter{state: s.Clone(), session: s.Session.ID}
+	return StepInPlace(p, s.Clone())
+}
+
+// StepInPlace is Step on s itself: the events it returns are folded into s
+// already. On error s may be partly changed and must be discarded.
+func StepInPlace(p Policy, s *AIState) ([]Event, error) {
+	if !needsStep(p, s) {
+		return nil, nil
+	}
+	out := &emitter{state: s, session: s.Session.ID}
 	if err := out.step(p); err != nil {
 		return nil, err
 	}

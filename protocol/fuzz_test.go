@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"strconv"
 	"testing"
 )
@@ -87,7 +88,7 @@ func (s *sim) command(c Command, trust Trust) error {
 	if _, err := ValidateCommand(ev, trust); err != nil {
 		return nil // refused at ingress: nothing is appended
 	}
-	out, err := Decide(s.policy, s.state, ev)
+	out, err := s.decide(ev)
 	if err != nil {
 		return err
 	}
@@ -95,6 +96,41 @@ func (s *sim) command(c Command, trust Trust) error {
 		return fmt.Errorf("command %s: no receipt first in %v", id, out)
 	}
 	return s.append(append([]Event{ev}, out...)...)
+}
+
+// decide is Decide, checked against DecideInPlace on a copy of the state:
+// the same events, and the copy as folding them leaves the state.
+func (s *sim) decide(ev Event) ([]Event, error) {
+	out, err := Decide(s.policy, s.state, ev)
+	if err != nil {
+		return nil, err
+	}
+	w := s.state.Clone()
+	in, err := DecideInPlace(s.policy, w, ev)
+	if err != nil {
+		return nil, fmt.Errorf("command %s: DecideInPlace failed where Decide did not: %v", ev.ID, err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		return nil, fmt.Errorf("command %s: DecideInPlace returned %v, Decide %v", ev.ID, in, out)
+	}
+	return out, s.sameAfter(w, append([]Event{ev}, out...))
+}
+
+// sameAfter folds evs into a copy of the state and compares it with want,
+// a state the in-place functions left.
+func (s *sim) sameAfter(want *AIState, evs []Event) error {
+	c := s.state.Clone()
+	for _, ev := range evs {
+		if err := Fold(c, ev); err != nil {
+			return err
+		}
+	}
+	a, _ := MarshalState(c)
+	b, _ := MarshalState(want)
+	if !bytes.Equal(a, b) {
+		return fmt.Errorf("folding the decided events gives\n%s\nthe in-place call left\n%s", a, b)
+	}
+	return nil
 }
 
 // editCommand edits input m.ID (command's own ID differs from the message's).
@@ -105,7 +141,7 @@ func (s *sim) editCommand(m *UIMessage) error {
 	if _, err := ValidateCommand(ev, Trusted); err != nil {
 		return nil
 	}
-	out, err := Decide(s.policy, s.state, ev)
+	out, err := s.decide(ev)
 	if err != nil {
 		return err
 	}
@@ -120,6 +156,17 @@ func (s *sim) worker(ev Event) error {
 	}
 	more, err := Step(s.policy, s.state)
 	if err != nil {
+		return err
+	}
+	w := s.state.Clone()
+	in, err := StepInPlace(s.policy, w)
+	if err != nil {
+		return fmt.Errorf("StepInPlace failed where Step did not: %v", err)
+	}
+	if !reflect.DeepEqual(in, more) {
+		return fmt.Errorf("StepInPlace returned %v, Step %v", in, more)
+	}
+	if err := s.sameAfter(w, more); err != nil {
 		return err
 	}
 	return s.append(more...)
