@@ -377,12 +377,23 @@ func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
 		}
 		return nil
 	}
+	// Commands and the control lane's steps are decided on the state
+	// itself (no copy per command, whose cost grows with the history): the
+	// events come back folded. An error leaves the state partly changed,
+	// and the caller stops the actor, which reloads from the store.
+	folded := func(evs []protocol.Event) {
+		for _, ev := range evs {
+			ev.Session = s.id
+			batch = append(batch, ev)
+		}
+	}
 	step := func() error {
-		more, err := protocol.Step(s.agent.policy, s.state.AI)
+		more, err := c.StepInPlace(s.agent.policy, s.state)
 		if err != nil {
 			return err
 		}
-		return add(more...)
+		folded(more)
+		return nil
 	}
 	pushes := s.queue
 	s.queue = nil
@@ -390,13 +401,11 @@ func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
 		for _, ev := range p.events {
 			ev.Session = s.id
 			if ev.Type == protocol.TypeControlRequested {
-				out, err := protocol.Decide(s.agent.policy, s.state.AI, ev)
+				out, err := c.DecideInPlace(s.agent.policy, s.state, ev)
 				if err != nil {
 					return nil, pushes, err
 				}
-				if err := add(append([]protocol.Event{ev}, out...)...); err != nil {
-					return nil, pushes, err
-				}
+				folded(append([]protocol.Event{ev}, out...))
 				continue
 			}
 			if err := add(ev); err != nil {
