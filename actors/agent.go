@@ -1,6 +1,6 @@
 // Package actors is the actor shell around the pure session core: one
 // session actor per session is the single writer of its log. It persists,
-// then acts: commands are decided (protocol.Decide) and appended with their
+// then acts: commands are decided (protocol.DecideInPlace) and appended with their
 // effects; the work protocol.Pending names is run by child lanes (the model
 // steps of the generation lane); subscribers read only durable events.
 package actors
