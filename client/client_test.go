@@ -47,6 +47,12 @@ func newClient(t *testing.T, url string, opts client.Options) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.Agent() != gatewaytest.Agent {
+		t.Fatalf("client for agent %q says %q", gatewaytest.Agent, c.Agent())
+	}
+	if a, b := c.NewID(), c.NewID(); a == "" || a == b {
+		t.Fatalf("NewID gave %q then %q, want two fresh IDs", a, b)
+	}
 	return c
 }
 

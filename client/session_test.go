@@ -49,6 +49,9 @@ func open(t *testing.T, c *client.Client, session string) *client.Session {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
+	if s.ID() != session {
+		t.Fatalf("opened session %q, its ID is %q", session, s.ID())
+	}
 	return s
 }
 

@@ -197,8 +197,7 @@ func (m *Model) thenFor(req harness.Request) *Reply {
 			answered[p.ToolCallID] = true
 		}
 	}
-	var search func(r *Reply) *Reply
-	search = func(r *Reply) *Reply {
+	search := func(r *Reply) *Reply {
 		for ; r != nil; r = r.Then {
 			for _, tc := range r.ToolCalls {
 				if tc.ID != "" && answered[tc.ID] {
