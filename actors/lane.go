@@ -185,13 +185,17 @@ func (s *sessionActor) startLane(w protocol.Work) {
 	attempt := w.Attempt + 1
 	gen := protocol.GenerationIDFor(w.RequestID, attempt)
 	l := &lane{gen: gen, request: w.RequestID, attempt: attempt}
+	// The step's frontier: a copy of the state, messages included, that the
+	// actor's later folds do not touch (its parts are not shared with the
+	// live transcript, which the actor keeps changing while the lane reads).
+	snap := s.state.AI.Clone()
 	in := laneInput{
 		agent: s.agent, session: s.id, gen: gen,
 		request:  protocol.Event{ID: w.RequestID, Type: protocol.TypeGenerationRequested, Session: s.id},
 		response: w.ResponseMessageID,
-		messages: append([]protocol.TranscriptMessage(nil), s.state.AI.Messages...),
+		messages: snap.Messages,
 		app:      s.state.App,
-		ai:       s.state.AI.Clone(),
+		ai:       snap,
 		index:    s.index,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
