@@ -17,7 +17,7 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 	switch c.Type {
 	case ChunkStart, ChunkFinish, ChunkMessageMetadata:
 		if len(c.MessageMeta) > 0 && string(c.MessageMeta) != "null" {
-			msg.Metadata = mergeMetadata(msg.Metadata, c.MessageMeta)
+			msg.Metadata = MergeMetadata(msg.Metadata, c.MessageMeta)
 		}
 	case ChunkStartStep:
 		msg.Parts = append(msg.Parts, Part{Type: PartStepStart})
@@ -257,9 +257,10 @@ func (s *AIState) toolPart(toolCallID string) (*TranscriptMessage, int) {
 	return m, k
 }
 
-// mergeMetadata shallow-merges JSON object patch onto base (R-GEN-27). A
-// non-object on either side replaces base.
-func mergeMetadata(base, patch json.RawMessage) json.RawMessage {
+// MergeMetadata shallow-merges JSON object patch onto base (R-GEN-27), as
+// the fold merges a chunk's messageMetadata onto its message. A non-object
+// on either side replaces base.
+func MergeMetadata(base, patch json.RawMessage) json.RawMessage {
 	var b, p map[string]json.RawMessage
 	if len(base) == 0 || json.Unmarshal(base, &b) != nil || json.Unmarshal(patch, &p) != nil || b == nil || p == nil {
 		return patch
