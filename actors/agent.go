@@ -44,6 +44,57 @@ type HarnessOptions struct {
 	// executions are not bounded by it (R-TOOL-09): a tool runs until it
 	// returns or its call is cancelled.
 	StepTimeout time.Duration
+	// MessageMetadata maps each chunk of the default generator to message
+	// metadata (R-GEN-27): it is called synchronously for every chunk the
+	// model streams, and what it returns for the start and finish chunks (a
+	// value that encodes as a JSON object; nil for none) is recorded on
+	// that chunk, with the progress, and shallow-merged onto the assistant
+	// message (R-PROGRESS-06). A custom Generate skips it (R-GEN-28). A
+	// value that is not a JSON object fails the generation.
+	MessageMetadata func(MetadataContext) any
+	// Generate replaces the model-facing step (R-GEN-29): it returns the
+	// step's chunk stream, which writes the response message; A2 keeps
+	// durable progress, tool execution, approval, continuation,
+	// interruption and failure. With it, Models may be nil, and compaction
+	// stays off unless Compaction, CustomCompaction or CompactionFunc is
+	// set (R-GEN-30). An error fails the turn once, like a provider error.
+	Generate func(context.Context, GenerateContext) (harness.Stream, error)
+}
+
+// GenerateContext is what a custom Generate, and MessageMetadata, receive
+// for one model step: the resolver context (its Messages after this step's
+// compaction) and what the step resolved (R-GEN-13, R-GEN-29).
+type GenerateContext struct {
+	harness.ResolverContext
+	// GenerationID is the step's generation.
+	GenerationID string
+	// ModelMessages is the model-ready prompt, committed summaries
+	// included.
+	ModelMessages []harness.ModelMessage
+	// Model, Instructions, Tools and Generation are the step's resolved
+	// settings. Generate receives the user's generation settings as
+	// resolved (R-GEN-25); MessageMetadata sees them with A2's Gateway
+	// defaults, as the default generator sends them (R-GEN-27).
+	Model        harness.ModelSettings
+	Instructions string
+	Tools        []harness.ToolDefinition
+	Generation   harness.GenerationSettings
+}
+
+// MetadataContext is what MessageMetadata receives for one chunk.
+type MetadataContext struct {
+	GenerateContext
+	// Part is the chunk.
+	Part protocol.UIMessageChunk
+	// TotalUsage is the step's usage, on the finish chunk when the model
+	// reported it (use it for final usage); nil on other chunks.
+	TotalUsage *protocol.Usage
+}
+
+// compactionConfigured reports whether compaction is configured
+// explicitly, which a custom Generate needs to compact at all (R-GEN-30).
+func (h HarnessOptions) compactionConfigured() bool {
+	return h.Compaction != (protocol.CompactionOptions{}) || h.CustomCompaction != nil || h.CompactionFunc != nil
 }
 
 // Handler handles an application event at least once; event.ID is its
@@ -99,8 +150,11 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	if err := o.Model.Validate(); err != nil {
 		return nil, err
 	}
-	if o.Models == nil {
-		return nil, &protocol.ConfigError{Option: "models", Message: "a model provider is required to serve the model"}
+	if o.Models == nil && o.Harness.Generate == nil {
+		return nil, &protocol.ConfigError{Option: "models", Message: "a model provider is required to serve the model (or harness.generate to replace the model step)"}
+	}
+	if o.Models == nil && o.Harness.Compaction != (protocol.CompactionOptions{}) && !o.Harness.Compaction.Disabled {
+		return nil, &protocol.ConfigError{Option: "harness.compaction", Message: "automatic compaction sends its summary request to the model through models; set models, or use a custom compaction"}
 	}
 	policy := protocol.Policy{MaxSteps: o.MaxSteps}
 	if err := policy.Validate(); err != nil {
@@ -147,7 +201,11 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	}
 	return &Agent{
 		opts: o, contract: c, policy: policy, tools: set,
-		work:     protocol.WorkPolicy{ToolLane: o.ToolLane, ReportTools: report, NoMetadata: !o.Harness.Compaction.Discovery() || o.Harness.CustomCompaction != nil},
+		work: protocol.WorkPolicy{ToolLane: o.ToolLane, ReportTools: report,
+			// Model limits serve automatic compaction only, which a custom
+			// generate runs only when configured (R-GEN-30, R-META-07).
+			NoMetadata: !o.Harness.Compaction.Discovery() || o.Harness.CustomCompaction != nil ||
+				(o.Harness.Generate != nil && !o.Harness.compactionConfigured())},
 		progress: o.Progress.WithDefaults(),
 	}, nil
 }

@@ -361,11 +361,17 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 			return
 		}
 	}
-	gs = harness.WithGatewayDefaults(harness.WithModelSettings(gs, settings), in.session)
-	model, err := a.Models(settings.Model)
-	if err != nil {
-		end(&laneEnd{gen: in.gen, failure: err.Error()})
-		return
+	gs = harness.WithModelSettings(gs, settings)
+	userSettings := gs // what a custom generate receives (R-GEN-25)
+	gs = harness.WithGatewayDefaults(gs, in.session)
+	// The model serves the default generator and automatic compaction's
+	// summary request; a custom generate may do without.
+	var model harness.Model
+	if a.Harness.Generate == nil || a.Models != nil {
+		if model, err = a.Models(settings.Model); err != nil {
+			end(&laneEnd{gen: in.gen, failure: err.Error()})
+			return
+		}
 	}
 	req := harness.Request{Model: settings.Model, System: instructions, Settings: gs,
 		Headers: harness.RequestHeaders(nil, gs), SessionID: in.session, GenerationID: in.gen}
@@ -427,7 +433,21 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 			return
 		}
 	}
-	stream, err := model.Stream(stepCtx, req)
+	gc := GenerateContext{ResolverContext: rc, GenerationID: in.gen, ModelMessages: req.Messages,
+		Model: settings, Instructions: instructions, Tools: req.Tools, Generation: gs}
+	gc.Messages = messages // this step's compaction included (R-GEN-29)
+	metadata := a.Harness.MessageMetadata
+	var stream harness.Stream
+	if generate := a.Harness.Generate; generate != nil {
+		metadata = nil // the default generator's only (R-GEN-28)
+		g := gc
+		g.Generation = userSettings
+		if stream, err = generate(stepCtx, g); err == nil && stream == nil {
+			err = errors.New("harness.generate returned no stream")
+		}
+	} else {
+		stream, err = model.Stream(stepCtx, req)
+	}
 	if err != nil {
 		end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 		return
@@ -454,11 +474,17 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 			end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 			return
 		}
-		if u := harness.TakeUsage(&c); u != nil {
-			result.usage = u
+		usage := harness.TakeUsage(&c)
+		if usage != nil {
+			result.usage = usage
 		}
 		if c.Type == protocol.ChunkFinish {
 			result.finishReason = c.FinishReason
+		}
+		if err := checkChunk(a.Harness.Generate != nil, in.response, metadata, gc, &c, usage); err != nil {
+			flush()
+			end(&laneEnd{gen: in.gen, failure: err.Error()})
+			return
 		}
 		batch = appendChecked(batch, in, gs, c)
 		if ready == nil || len(batch) >= in.agent.progress.MaxChunks || !ready.Ready() {
@@ -467,6 +493,36 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	flush()
 	end(result)
+}
+
+// checkChunk applies what the agent's harness options ask of a streamed
+// chunk: a custom generate must write the response message (R-GEN-29), and
+// the metadata MessageMetadata returns for the start and finish chunks is
+// recorded on them (R-GEN-27, R-PROGRESS-06). An error fails the
+// generation.
+func checkChunk(custom bool, response string, metadata func(MetadataContext) any, gc GenerateContext, c *protocol.UIMessageChunk, usage *protocol.Usage) error {
+	if custom && c.Type == protocol.ChunkStart && c.MessageID != "" && c.MessageID != response {
+		return fmt.Errorf("harness.generate: the stream writes message %q, not the response %q", c.MessageID, response)
+	}
+	if metadata == nil {
+		return nil
+	}
+	v := metadata(MetadataContext{GenerateContext: gc, Part: *c, TotalUsage: usage})
+	if v == nil || (c.Type != protocol.ChunkStart && c.Type != protocol.ChunkFinish) {
+		return nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("harness.messageMetadata: %w", err)
+	}
+	if string(raw) == "null" {
+		return nil
+	}
+	if raw[0] != '{' {
+		return fmt.Errorf("harness.messageMetadata: metadata must be a JSON object, not %s", raw)
+	}
+	c.MessageMeta = protocol.MergeMetadata(c.MessageMeta, raw)
+	return nil
 }
 
 // chunkBufs recycles the batches of chunks lanes hand to their session
@@ -532,6 +588,9 @@ func appendChecked(out []protocol.UIMessageChunk, in laneInput, gs harness.Gener
 // fails the generation (R-COMPACT-08). It returns the summary and whether
 // a compaction happened.
 func compact(ctx context.Context, in laneInput, model harness.Model, req harness.Request, modelID string, bytes int64, send func(any), rc harness.ResolverContext) (string, bool, error) {
+	if h := in.agent.opts.Harness; h.Generate != nil && !h.compactionConfigured() {
+		return "", false, nil // a custom generate compacts only when asked to (R-GEN-30)
+	}
 	choice, err := in.agent.compactionFor(ctx, rc, req.Settings)
 	if err != nil {
 		return "", false, err
@@ -570,6 +629,9 @@ func compact(ctx context.Context, in laneInput, model harness.Model, req harness
 	instruction := protocol.SummaryInstructions
 	if opts.Instructions != "" {
 		instruction += "\n\n" + opts.Instructions
+	}
+	if model == nil {
+		return "", false, errors.New("compaction: automatic compaction needs models to send its summary request")
 	}
 	sreq := req
 	sreq.Messages = append(append([]harness.ModelMessage(nil), req.Messages...),
