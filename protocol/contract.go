@@ -101,6 +101,9 @@ type ContractOptions struct {
 type Contract struct {
 	opts  ContractOptions
 	built bool
+	// handled are the application event types an agent handles (see
+	// WithHandlers).
+	handled map[string]bool
 }
 
 // aiStateKeys are the JSON keys of AIState, which application state keys may
@@ -115,7 +118,8 @@ var aiStateKeys = func() map[string]bool {
 	}
 	// Optional keys that the empty state omits.
 	for _, k := range []string{"activeRequestId", "activeRequestReason", "activeRequestSourceGenerationId",
-		"activeResponseMessageId", "activeProjection", "terminalRequestIds", "terminalGenerations", "calibration"} {
+		"activeResponseMessageId", "activeProjection", "terminalRequestIds", "terminalGenerations", "calibration",
+		"pendingHandlers"} {
 		keys[k] = true
 	}
 	return keys
@@ -312,7 +316,33 @@ func (c *Contract) Fold(st *SessionState, ev Event) error {
 	if err := Fold(st.AI, ev); err != nil {
 		return err
 	}
+	if c != nil && c.handled[ev.Type] {
+		if st.AI.PendingHandlers == nil {
+			st.AI.PendingHandlers = map[string]string{}
+		}
+		st.AI.PendingHandlers[ev.ID] = ev.Type
+	}
 	return c.foldApp(st, ev)
+}
+
+// WithHandlers returns a copy of c whose fold records every event of the
+// given application types in AIState.PendingHandlers, until an
+// ai.handler.completed names it (R-CONTRACT-15): the work of running the
+// agent's handlers is then part of the state, and of its snapshots. The
+// types are checked by ValidateHandlers.
+func (c *Contract) WithHandlers(types []string) (*Contract, error) {
+	if err := c.ValidateHandlers(types); err != nil {
+		return nil, err
+	}
+	if len(types) == 0 {
+		return c, nil
+	}
+	out := *c
+	out.handled = map[string]bool{}
+	for _, t := range types {
+		out.handled[t] = true
+	}
+	return &out, nil
 }
 
 // DecideInPlace decides cmd on st (see protocol.DecideInPlace) and folds

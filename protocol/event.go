@@ -69,6 +69,7 @@ const (
 	TypeModelMetaResolved     = "ai.model.metadata.resolved"
 	TypeSessionCreated        = "ai.session.created"
 	TypeSessionClosed         = "ai.session.closed"
+	TypeHandlerCompleted      = "ai.handler.completed"
 )
 
 // BuiltinTypes lists every built-in event type, in a fixed order.
@@ -80,6 +81,7 @@ var BuiltinTypes = []string{
 	TypeToolExecClaimed, TypeToolExecCompleted, TypeToolOutputPreliminary,
 	TypeCompactionRequested, TypeCompactionCompleted, TypeModelMetaRequested,
 	TypeModelMetaResolved, TypeSessionCreated, TypeSessionClosed,
+	TypeHandlerCompleted,
 }
 
 // IsBuiltinType reports whether t is in the reserved "ai." namespace.

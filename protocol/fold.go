@@ -122,6 +122,11 @@ func Fold(s *AIState, ev Event) error {
 			}
 			s.ModelMetadata[p.Model] = m
 		}
+	case TypeHandlerCompleted:
+		var p HandlerCompleted
+		if err = decodePayload(ev, &p); err == nil {
+			delete(s.PendingHandlers, p.EventID)
+		}
 	case TypeSessionCreated:
 		if s.Session.Status == SessionStatusNew {
 			s.Session.Status = SessionStatusOpen

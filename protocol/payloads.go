@@ -202,6 +202,13 @@ type ModelMetadataRequested struct {
 	Model string `json:"model"`
 }
 
+// HandlerCompleted is the payload of ai.handler.completed: the runtime ran
+// the agent's handler of application event EventID to completion
+// (R-CONTRACT-15).
+type HandlerCompleted struct {
+	EventID string `json:"eventId"`
+}
+
 // ModelMetadataResolved is the payload of ai.model.metadata.resolved: the
 // model's limits, or Unavailable when the catalog does not list it.
 type ModelMetadataResolved struct {

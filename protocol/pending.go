@@ -21,6 +21,9 @@ const (
 	WorkSettle = "settle"
 	// WorkMetadata: a model's catalog lookup (R-META-02).
 	WorkMetadata = "metadata"
+	// WorkHandler: the agent's handler of an application event must run
+	// until it completes (R-CONTRACT-15).
+	WorkHandler = "handler"
 )
 
 // Work is one piece of work that must be running now. The runtime compares
@@ -50,6 +53,10 @@ type Work struct {
 	TurnID     string          `json:"turnId,omitempty"`
 
 	Model string `json:"model,omitempty"`
+
+	// EventID and EventType name the application event of handler work.
+	EventID   string `json:"eventId,omitempty"`
+	EventType string `json:"eventType,omitempty"`
 }
 
 // GenerationIDFor derives the ID of attempt `attempt` of a generation request
@@ -74,11 +81,12 @@ type WorkPolicy struct {
 // alone (so a fresh fold of the same log yields the same work, which is how
 // recovery works), in a deterministic order: settling owners, the
 // generation, tool executions in the order the model called them, metadata
-// lookups by model name. A closed session has no work.
+// lookups by model name, application handlers by event ID. A closed
+// session has no work but the handlers of events appended before it closed.
 func Pending(p WorkPolicy, s *AIState) []Work {
 	var out []Work
 	if s.Session.Status == SessionStatusClosed {
-		return nil
+		return s.pendingHandlers()
 	}
 	a := s.Active
 	if a != nil {
@@ -114,6 +122,15 @@ func Pending(p WorkPolicy, s *AIState) []Work {
 				out = append(out, Work{Kind: WorkMetadata, Model: model})
 			}
 		}
+	}
+	return append(out, s.pendingHandlers()...)
+}
+
+// pendingHandlers lists the handler runs the state still owes.
+func (s *AIState) pendingHandlers() []Work {
+	var out []Work
+	for _, id := range sortedKeys(s.PendingHandlers) {
+		out = append(out, Work{Kind: WorkHandler, EventID: id, EventType: s.PendingHandlers[id]})
 	}
 	return out
 }

@@ -73,6 +73,11 @@ type AIState struct {
 	Compaction *CompactionState `json:"compaction"`
 	// ModelMetadata holds each model's limits and lookup status (R-STATE-16).
 	ModelMetadata map[string]ModelMetadata `json:"modelMetadata"`
+	// PendingHandlers are the application events whose agent handler has
+	// not completed yet (event ID -> event type): a contract built with
+	// WithHandlers records them as it folds them, and ai.handler.completed
+	// removes them (R-CONTRACT-15).
+	PendingHandlers map[string]string `json:"pendingHandlers,omitempty"`
 	// Usage is keyed by generation ID; Error is the last error (R-STATE-17).
 	Usage map[string]Usage `json:"usage"`
 	Error *ErrorInfo       `json:"error"`
@@ -377,6 +382,7 @@ func (s *AIState) Clone() *AIState {
 		c.Compaction = &x
 	}
 	c.ModelMetadata = cloneMap(s.ModelMetadata)
+	c.PendingHandlers = cloneMap(s.PendingHandlers)
 	c.Usage = cloneMap(s.Usage)
 	if s.Error != nil {
 		e := *s.Error
