@@ -176,7 +176,9 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	for n := range o.Handlers {
 		names = append(names, n)
 	}
-	if err := c.ValidateHandlers(names); err != nil {
+	// The contract records the events the handlers owe runs for
+	// (R-CONTRACT-15).
+	if c, err = c.WithHandlers(names); err != nil {
 		return nil, err
 	}
 	set, err := tools.NewSet(o.Tools...)

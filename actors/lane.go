@@ -115,6 +115,7 @@ func (s *sessionActor) reconcile() {
 	work := protocol.Pending(s.agent.work, s.state.AI)
 	s.reconcileTools(work)
 	s.reconcileMetadata(work)
+	s.reconcileHandlers(work)
 	var gen *protocol.Work
 	settling := map[string]bool{}
 	for i := range work {

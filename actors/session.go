@@ -61,6 +61,13 @@ type sessionActor struct {
 	metaTried map[string]bool
 	lookups   int
 
+	// handlerRuns are the application events whose handler runs (true) or
+	// has completed, its completion not folded yet (false); stopHandlers
+	// cancels the runs (see handlers.go).
+	handlerRuns  map[string]bool
+	handlerCtx   context.Context
+	stopHandlers context.CancelCauseFunc
+
 	// spent are the lanes' chunk batches the batch being assembled was built
 	// from, recycled once it is folded (see chunkBufs).
 	spent [][]protocol.UIMessageChunk
@@ -139,6 +146,8 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.onToolPreliminary(m)
 	case *metadataDone:
 		s.onMetadataDone(m)
+	case *handlerDone:
+		s.onHandlerDone(m)
 	case *flushTick:
 		s.tickPending = false
 		s.tryFlush()
@@ -147,7 +156,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 			s.stop()
 			return
 		}
-		if !s.writing && len(s.queue) == 0 && len(s.workQueue) == 0 && len(s.lanes) == 0 && len(s.toolRuns) == 0 && s.lookups == 0 {
+		if !s.writing && len(s.queue) == 0 && len(s.workQueue) == 0 && len(s.lanes) == 0 && len(s.toolRuns) == 0 && s.lookups == 0 && !s.handlersRunning() {
 			s.stop() // passivate: the next request activates it from the store
 		}
 	case *actor.Stopping:
@@ -156,6 +165,9 @@ func (s *sessionActor) Receive(c actor.Context) {
 		// step's context (laneActor, on Stopping).
 		for _, r := range s.toolRuns {
 			s.cancelRun(r, errSessionStopped)
+		}
+		if s.stopHandlers != nil {
+			s.stopHandlers(errSessionStopped)
 		}
 		for _, p := range append(s.queue, s.inflight...) {
 			c.Send(p.reply, &stoppingReply{})
