@@ -1,0 +1,76 @@
+package actors
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// R-LOG-14 R-LOG-16 R-TURN-09: two turns, each a model step that calls a
+// tool and a continuation: every ai.message.created is the control lane's
+// admission of a user input (model output is only progress, so no response
+// starts a turn), and a 600 KB tool output and a 300 KB answer are stored
+// and folded whole, not truncated.
+func TestModelOutputNeverStartsATurnAndNothingIsTruncated(t *testing.T) {
+	big := strings.Repeat("x", 600<<10)
+	answer := strings.Repeat("word ", 60<<10) // 300 KB
+	bigTool := tools.Tool{Name: "fetch", Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"body":"` + big + `"}`), nil
+	}}
+	f := newFixture(t, `{"default":{"toolCalls":[{"name":"fetch","input":{}}],"then":{"text":"`+answer+`","chunkSize":5000}}}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{bigTool} })
+	for i, id := range []string{"m1", "m2"} {
+		f.push("s1", protocol.Inputs.Text(id, "fetch it"))
+		f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
+	}
+	st, _, err := f.rt.State(context.Background(), "assistant", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := f.store.Read(context.Background(), "s1", 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created []string
+	var bigOutputs int
+	for _, ev := range log {
+		switch ev.Type {
+		case protocol.TypeMessageCreated:
+			var p protocol.MessageCreated
+			if err := json.Unmarshal(ev.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			created = append(created, p.MessageID)
+		case protocol.TypeToolExecCompleted:
+			if bytes.Contains(ev.Payload, []byte(big)) {
+				bigOutputs++
+			}
+		}
+	}
+	if strings.Join(created, " ") != "m1 m2" {
+		t.Fatalf("messages created %v, want only the two user inputs", created)
+	}
+	if bigOutputs != 2 {
+		t.Fatalf("%d stored tool results hold the whole 600 KB output, want 2", bigOutputs)
+	}
+	for _, i := range []int{1, 3} {
+		m := st.AI.Messages[i]
+		if m.Role != protocol.RoleAssistant || textOf(m) != answer {
+			t.Fatalf("message %d: role %s, %d bytes of text, want the whole %d-byte answer", i, m.Role, len(textOf(m)), len(answer))
+		}
+		var output []byte
+		for _, p := range m.Parts {
+			if p.IsToolPart() {
+				output = p.Output
+			}
+		}
+		if !bytes.Contains(output, []byte(big)) {
+			t.Fatalf("message %d: the tool part's output has %d bytes, want the whole output", i, len(output))
+		}
+	}
+}
