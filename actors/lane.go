@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -198,6 +199,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 		app:      s.state.App,
 		ai:       snap,
 		index:    s.index,
+		store:    s.rt.store,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }}
@@ -322,6 +324,8 @@ type laneInput struct {
 	// the log index it folds.
 	ai    *protocol.AIState
 	index uint64
+	// store serves reads through other reducers (frontier.Reducer).
+	store persistence.Store
 }
 
 // runLane runs one model step (R-GEN-01): resolve the model and settings,
@@ -333,7 +337,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	a := in.agent.opts
 	rc := harness.ResolverContext{Event: in.request, Messages: in.messages, State: in.app}
 	if in.ai != nil {
-		rc.Session = frontier{ai: in.ai, index: in.index}
+		rc.Session = frontier{ai: in.ai, index: in.index, store: in.store, session: in.session}
 	}
 	end := func(e *laneEnd) {
 		if ctx.Err() != nil {
@@ -715,10 +719,42 @@ func compactCustom(ctx context.Context, in laneInput, req harness.Request, model
 // frontier is a resolver's view of its session: the state captured when
 // the step started (the prompt frontier), never a later one.
 type frontier struct {
-	ai    *protocol.AIState
-	index uint64
+	ai      *protocol.AIState
+	index   uint64
+	store   persistence.Store
+	session string
 }
 
 func (f frontier) State(context.Context) (*protocol.AIState, uint64, error) {
 	return f.ai.Clone(), f.index, nil
+}
+
+// Reducer folds the log with r up to the frontier, or through (R-CONTRACT-19).
+// It replays the log from the start: snapshots hold the contract's
+// reducers, not r.
+func (f frontier) Reducer(ctx context.Context, r protocol.AppReducer, through uint64) (any, uint64, error) {
+	if r == nil {
+		return nil, 0, errors.New("actors: Reducer needs a reducer")
+	}
+	upTo := f.index
+	if through != 0 {
+		upTo = through
+	}
+	var state any
+	var at uint64
+	for at < upTo {
+		evs, err := f.store.Read(ctx, f.session, at, int(min(upTo-at, persistence.FollowPage)))
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(evs) == 0 {
+			break // through is past the end of the log
+		}
+		if state, err = protocol.Reduce(r, state, evs); err != nil {
+			return nil, 0, err
+		}
+		at = evs[len(evs)-1].Index
+	}
+	state, err := protocol.Reduce(r, state, nil) // the initial state of an empty read
+	return state, at, err
 }

@@ -119,3 +119,64 @@ func TestSnapshotIdentityIsTheReducerName(t *testing.T) {
 		t.Fatalf("state over a broken snapshot %+v, want the log folded again", got)
 	}
 }
+
+// R-CONTRACT-19: a resolver reads the session through a reducer that is
+// not its contract's: folded over the log up to the captured frontier by
+// default, so an event appended while it runs is not seen, and up to a
+// later index when it passes through.
+func TestResolverReadsAnotherReducer(t *testing.T) {
+	changes := protocol.NewReducer("changes.v1", 0, func(n int, ev protocol.Event) int {
+		if ev.Type == "plan.changed" {
+			n++
+		}
+		return n
+	})
+	type read struct {
+		atFrontier, through int
+		frontier, last      uint64
+		err                 error
+	}
+	resolving, proceed := make(chan struct{}), make(chan struct{})
+	reads := make(chan read, 1)
+	f := newFixture(t, `{"default":{"text":"ok"}}`, func(a *AgentOptions) {
+		a.Events = map[string]protocol.Schema{"plan.changed": nil}
+		a.Model = harness.ModelFunc(func(ctx context.Context, rc harness.ResolverContext) (harness.ModelSettings, error) {
+			close(resolving)
+			<-proceed
+			var r read
+			var v any
+			if v, r.frontier, r.err = rc.Session.Reducer(ctx, changes, 0); r.err == nil {
+				r.atFrontier = v.(int)
+				if v, r.last, r.err = rc.Session.Reducer(ctx, changes, 1<<40); r.err == nil {
+					r.through = v.(int)
+				}
+			}
+			reads <- r
+			return harness.ModelSettings{Model: "script"}, nil
+		})
+	})
+	change := func(id string) {
+		t.Helper()
+		if _, err := f.rt.Push(context.Background(), "assistant", "s1", []protocol.Event{{ID: id, Type: "plan.changed", Payload: json.RawMessage(`{}`)}}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	change("c1")
+	change("c2")
+	f.push("s1", protocol.Inputs.Text("m1", "hi"))
+	<-resolving
+	change("c3") // after the frontier
+	close(proceed)
+	r := <-reads
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	last, err := f.store.LastIndex(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.atFrontier != 2 || r.through != 3 || r.frontier == 0 || r.frontier >= r.last || r.last > last {
+		t.Fatalf("read %+v (log at %d): want 2 changes at the frontier and 3 through the end", r, last)
+	}
+	f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+}

@@ -73,6 +73,10 @@ type ResolverContext struct {
 type SessionReader interface {
 	// State returns AIState with its log index.
 	State(ctx context.Context) (*protocol.AIState, uint64, error)
+	// Reducer reads the session through any reducer, the contract's or
+	// another (R-CONTRACT-19): r's state folded over the log up to the
+	// frontier, or up to through when it is not 0, with that index.
+	Reducer(ctx context.Context, r protocol.AppReducer, through uint64) (any, uint64, error)
 }
 
 // ModelOption is the agent's model: a value or a per-generation resolver

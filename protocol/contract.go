@@ -45,6 +45,23 @@ type AppReducer interface {
 	decode(b json.RawMessage) (any, error)
 }
 
+// Reduce folds evs with r, from state, or from r's initial state when state
+// is nil, and returns the state: how a session is read through a reducer
+// other than its contract's (R-CONTRACT-19).
+func Reduce(r AppReducer, state any, evs []Event) (any, error) {
+	if state == nil {
+		state = r.initial()
+	}
+	for _, ev := range evs {
+		next, err := r.fold(state, ev)
+		if err != nil {
+			return nil, err
+		}
+		state = next
+	}
+	return state, nil
+}
+
 // NewReducer builds an application reducer over state type X. fold sees X
 // and every event of the log, built-in and application alike, never the
 // transcript; it must be pure (deterministic, no I/O) and must not modify
