@@ -74,3 +74,39 @@ func TestModelOutputNeverStartsATurnAndNothingIsTruncated(t *testing.T) {
 		}
 	}
 }
+
+// R-INPUT-31 R-DELIVERY-09: a rejected command is a normal result: the push
+// succeeds with the command stored, its decision is recorded once as
+// rejected with the reason, the session's writer goes on (no failure, no
+// retry of the decision), and the next command is decided as usual.
+func TestARejectionIsANormalResult(t *testing.T) {
+	f := newFixture(t, `{"default":{"text":"ok"}}`, nil)
+	stop := withID(protocol.Inputs.Stop("no-such-turn", nil), "stop-1")
+	out := f.push("s1", stop)
+	if len(out) != 1 || out[0].ID != "stop-1" || out[0].Index == 0 {
+		t.Fatalf("push of a stale stop returned %+v", out)
+	}
+	f.push("s1", protocol.Inputs.Text("m1", "hi"))
+	f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+	log, err := f.store.Read(context.Background(), "s1", 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decisions []protocol.Decided
+	for _, ev := range log {
+		if ev.Type == protocol.TypeControlDecided {
+			var d protocol.Decided
+			if err := json.Unmarshal(ev.Payload, &d); err != nil {
+				t.Fatal(err)
+			}
+			decisions = append(decisions, d)
+		}
+	}
+	if len(decisions) != 2 || decisions[0].CommandID != "stop-1" || decisions[0].Outcome != protocol.OutcomeRejected ||
+		decisions[0].Reason != protocol.ReasonStaleTurn || decisions[1].Outcome != protocol.OutcomeApplied {
+		t.Fatalf("decisions %+v, want the stop rejected as stale-turn once, then the send applied", decisions)
+	}
+	if n := f.store.loads.Load(); n != 1 {
+		t.Fatalf("the session was activated %d times; a rejection must not restart its writer", n)
+	}
+}

@@ -25,6 +25,7 @@ import (
 type countingStore struct {
 	persistence.Store
 	appends atomic.Int64
+	loads   atomic.Int64 // LoadSnapshot calls: one per session activation
 	mu      sync.Mutex
 	batches [][]string // the event types of each append, in order
 }
@@ -39,6 +40,11 @@ func (c *countingStore) Append(ctx context.Context, session string, expected uin
 	c.batches = append(c.batches, types)
 	c.mu.Unlock()
 	return c.Store.Append(ctx, session, expected, events)
+}
+
+func (c *countingStore) LoadSnapshot(ctx context.Context, session, reducer string) (persistence.Snapshot, bool, error) {
+	c.loads.Add(1)
+	return c.Store.LoadSnapshot(ctx, session, reducer)
 }
 
 // Follow passes the store's own Tail through, so that the runtime's
