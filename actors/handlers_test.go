@@ -126,7 +126,7 @@ func TestHandlerRunsAgainAfterRestart(t *testing.T) {
 	f := handlerFixture(t, handle)
 	f.flag("s1", "flag-quick")
 	f.handled("s1")
-	<-started // flag-quick's run
+	receive(t, started, "flag-quick's run")
 	f.flag("s1", "flag-slow")
 	select {
 	case <-started:

@@ -12,6 +12,7 @@ import (
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
 )
 
 // R-CONTRACT-10 R-CONTRACT-11: the reducer name is the snapshot's
@@ -164,10 +165,10 @@ func TestResolverReadsAnotherReducer(t *testing.T) {
 	change("c1")
 	change("c2")
 	f.push("s1", protocol.Inputs.Text("m1", "hi"))
-	<-resolving
+	receive(t, resolving, "the resolver")
 	change("c3") // after the frontier
 	close(proceed)
-	r := <-reads
+	r := receive(t, reads, "the resolver's reads")
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -179,4 +180,85 @@ func TestResolverReadsAnotherReducer(t *testing.T) {
 		t.Fatalf("read %+v (log at %d): want 2 changes at the frontier and 3 through the end", r, last)
 	}
 	f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+}
+
+// R-CONTRACT-20: a tool reads its session at the call's boundary (the log
+// through its work event). An attempt cut short by a restart is recovered
+// in a fresh runtime, and its read is the same boundary, not the state
+// that grew meanwhile.
+func TestRecoveredToolReadsItsOriginalBoundary(t *testing.T) {
+	type notes struct {
+		Count int `json:"count"`
+	}
+	desk, err := protocol.AgentContract(protocol.ContractOptions{Name: "assistant",
+		Events: map[string]protocol.Schema{"note.added": nil},
+		Reducer: protocol.NewReducer("notes.v1", notes{}, func(n notes, ev protocol.Event) notes {
+			if ev.Type == "note.added" {
+				n.Count++
+			}
+			return n
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type read struct {
+		attempt, count int
+		index          uint64
+	}
+	reads := make(chan read, 4)
+	inspect := tools.Tool{Name: "inspect", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		hc, err := tools.ContextFor(ctx, desk)
+		if err != nil {
+			return nil, err
+		}
+		st, index, err := hc.State(ctx)
+		if err != nil {
+			return nil, err
+		}
+		reads <- read{attempt: hc.Attempt, count: st.App.(notes).Count, index: index}
+		if hc.Attempt == 1 {
+			<-ctx.Done() // the process stops under it
+			return nil, ctx.Err()
+		}
+		return json.RawMessage(`{"seen":true}`), nil
+	}}
+	// With a handler, the agent's contract is a copy of desk that records
+	// handler work; the tool still finds desk (protocol.Contract.Is).
+	mod := func(a *AgentOptions) {
+		a.Name, a.Contract, a.Tools = "", desk, []tools.Tool{inspect}
+		a.Handlers = map[string]Handler{"note.added": func(context.Context, protocol.Event) error { return nil }}
+	}
+	f := newFixture(t, `{"replies":[{"toolCalls":[{"name":"inspect","input":{}}],"then":{"text":"done"}}]}`, mod)
+	note := func(id string) {
+		t.Helper()
+		if _, err := f.rt.Push(context.Background(), "assistant", "s1", []protocol.Event{{ID: id, Type: "note.added", Payload: json.RawMessage(`{}`)}}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	note("n1")
+	f.push("s1", protocol.Inputs.Text("m1", "inspect"))
+	first := receive(t, reads, "the first attempt's read")
+	note("n2") // after the call's boundary
+	f.close()
+	f.open(mod)
+	f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+	second := receive(t, reads, "the recovered attempt's read")
+	if first.attempt != 1 || second.attempt != 2 {
+		t.Fatalf("attempts %d then %d, want 1 then a recovered 2", first.attempt, second.attempt)
+	}
+	if first.count != 1 || second.count != first.count || second.index != first.index || first.index == 0 {
+		t.Fatalf("reads %+v then %+v: the recovered attempt must read the original boundary (1 note)", first, second)
+	}
+}
+
+// receive waits (bounded: 10 s) for a value on ch.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
 }

@@ -3,10 +3,12 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
 )
@@ -185,6 +187,10 @@ func (s *sessionActor) execute(r *toolRun) {
 		}
 	}
 	name, session, call, version := s.agent.Name(), s.id, r.call, r.version
+	store, contract, boundary := s.rt.store, s.agent.contract, r.event.ID
+	hc.State = func(ctx context.Context) (*protocol.SessionState, uint64, error) {
+		return stateThrough(ctx, store, contract, session, boundary)
+	}
 	hc.RequestInput = func(ctx context.Context, inputID string, request json.RawMessage) (json.RawMessage, error) {
 		return s.rt.requestInput(ctx, name, session, protocol.InputRequest{InputID: inputID, Request: request,
 			RequestID: requestID, GenerationID: r.gen}, call, version)
@@ -239,4 +245,40 @@ func (s *sessionActor) onToolEnd(m *toolEnd) {
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, m.output, "", false))
 	}
 	s.tryFlush()
+}
+
+// stateThrough folds session's log with c up to and including the event
+// with ID id, from the latest snapshot at or before it when there is one:
+// a boundary that every attempt of a tool call reads alike (R-CONTRACT-20).
+func stateThrough(ctx context.Context, store persistence.Store, c *protocol.Contract, session, id string) (*protocol.SessionState, uint64, error) {
+	evs, err := store.Lookup(ctx, []string{id})
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(evs) == 0 {
+		return nil, 0, fmt.Errorf("actors: the boundary event %q is not in the store", id)
+	}
+	upTo := evs[0].Index
+	st, at := c.NewState(), uint64(0)
+	if snap, found, err := store.LoadSnapshot(ctx, session, c.ReducerName()); err == nil && found && snap.Index <= upTo {
+		if restored, err := c.UnmarshalState(snap.State); err == nil {
+			st, at = restored, snap.Index
+		}
+	}
+	for at < upTo {
+		evs, err := store.Read(ctx, session, at, int(min(upTo-at, persistence.FollowPage)))
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(evs) == 0 {
+			return nil, 0, fmt.Errorf("actors: the log of %q ends at %d, before its boundary %d", session, at, upTo)
+		}
+		for _, ev := range evs {
+			if err := c.Fold(st, ev); err != nil {
+				return nil, 0, err
+			}
+			at = ev.Index
+		}
+	}
+	return st, at, nil
 }

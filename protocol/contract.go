@@ -119,8 +119,22 @@ type Contract struct {
 	opts  ContractOptions
 	built bool
 	// handled are the application event types an agent handles (see
-	// WithHandlers).
+	// WithHandlers); origin is the contract WithHandlers copied.
 	handled map[string]bool
+	origin  *Contract
+}
+
+// Is reports whether c and other are the same contract definition: the
+// same value, or copies WithHandlers made of one.
+func (c *Contract) Is(other *Contract) bool {
+	return c != nil && other != nil && c.root() == other.root()
+}
+
+func (c *Contract) root() *Contract {
+	if c.origin != nil {
+		return c.origin
+	}
+	return c
 }
 
 // aiStateKeys are the JSON keys of AIState, which application state keys may
@@ -355,6 +369,7 @@ func (c *Contract) WithHandlers(types []string) (*Contract, error) {
 		return c, nil
 	}
 	out := *c
+	out.origin = c.root()
 	out.handled = map[string]bool{}
 	for _, t := range types {
 		out.handled[t] = true

@@ -25,6 +25,10 @@ func TestHandlerWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	other, _ := AgentContract(ContractOptions{Name: "desk", Events: map[string]Schema{"ticket.flagged": nil}})
+	if !c.Is(base) || !base.Is(c) || !c.Is(c) || c.Is(other) || other.Is(base) || c.Is(nil) {
+		t.Fatal("a contract with handlers must be the same definition as the one it copies, and only that one")
+	}
 	st := c.NewState()
 	fold := func(evs ...Event) {
 		t.Helper()

@@ -171,6 +171,12 @@ type Context struct {
 	// ctx's error when the call is cancelled (Stop, Pause now). Nil outside
 	// the runtime.
 	RequestInput func(ctx context.Context, inputID string, request json.RawMessage) (json.RawMessage, error)
+	// State reads the session at the call's boundary: the contract's state
+	// folded over the log up to and including the call's work event, with
+	// that index. Every attempt reads the same boundary, a recovered one
+	// included, whatever was appended since (R-CONTRACT-20). Nil outside
+	// the runtime.
+	State func(ctx context.Context) (*protocol.SessionState, uint64, error)
 }
 
 type ctxKey struct{}
@@ -211,7 +217,7 @@ func ContextFor(ctx context.Context, contract *protocol.Contract) (*Context, err
 	if err != nil {
 		return nil, err
 	}
-	if contract == nil || hc.Contract != contract {
+	if !hc.Contract.Is(contract) {
 		have, want := "none", "none"
 		if hc.Contract != nil {
 			have = fmt.Sprintf("%q (reducer %s)", hc.Contract.Name(), hc.Contract.ReducerName())
