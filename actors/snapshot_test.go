@@ -187,20 +187,7 @@ func TestResolverReadsAnotherReducer(t *testing.T) {
 // in a fresh runtime, and its read is the same boundary, not the state
 // that grew meanwhile.
 func TestRecoveredToolReadsItsOriginalBoundary(t *testing.T) {
-	type notes struct {
-		Count int `json:"count"`
-	}
-	desk, err := protocol.AgentContract(protocol.ContractOptions{Name: "assistant",
-		Events: map[string]protocol.Schema{"note.added": nil},
-		Reducer: protocol.NewReducer("notes.v1", notes{}, func(n notes, ev protocol.Event) notes {
-			if ev.Type == "note.added" {
-				n.Count++
-			}
-			return n
-		})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	desk := notesContract(t)
 	type read struct {
 		attempt, count int
 		index          uint64

@@ -70,16 +70,16 @@ func TestMaxStepsFailsWithStepLimit(t *testing.T) {
 	}
 }
 
-// R-TOOL-22: a tool written against a shared contract gets its handler
-// context through tools.ContextFor(ctx, contract), and appends that
-// contract's application events; run by an agent of another contract it
-// gets ErrContractMismatch (the call ends as an error result) and appends
-// nothing.
-func TestHandlerContextForAContract(t *testing.T) {
-	type notes struct {
-		Count int `json:"count"`
-	}
-	desk, err := protocol.AgentContract(protocol.ContractOptions{Name: "assistant",
+// notes is the application state of notesContract.
+type notes struct {
+	Count int `json:"count"`
+}
+
+// notesContract is a contract named assistant whose reducer counts the
+// note.added events.
+func notesContract(t *testing.T) *protocol.Contract {
+	t.Helper()
+	c, err := protocol.AgentContract(protocol.ContractOptions{Name: "assistant",
 		Events: map[string]protocol.Schema{"note.added": nil},
 		Reducer: protocol.NewReducer("notes.v1", notes{}, func(n notes, ev protocol.Event) notes {
 			if ev.Type == "note.added" {
@@ -90,6 +90,16 @@ func TestHandlerContextForAContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// R-TOOL-22: a tool written against a shared contract gets its handler
+// context through tools.ContextFor(ctx, contract), and appends that
+// contract's application events; run by an agent of another contract it
+// gets ErrContractMismatch (the call ends as an error result) and appends
+// nothing.
+func TestHandlerContextForAContract(t *testing.T) {
+	desk := notesContract(t)
 	other, err := protocol.AgentContract(protocol.ContractOptions{Name: "assistant"})
 	if err != nil {
 		t.Fatal(err)
