@@ -35,17 +35,22 @@ var (
 // reconcileHandlers starts the handler of every application event the
 // state owes a run that is not running yet.
 func (s *sessionActor) reconcileHandlers(work []protocol.Work) {
+	if len(s.agent.opts.Handlers) == 0 {
+		return // the common case, on every write: nothing to do
+	}
 	// A run stays listed until its completion is folded (the state no
 	// longer owes it), so that it does not start again meanwhile.
-	owed := map[string]bool{}
-	for _, w := range work {
-		if w.Kind == protocol.WorkHandler {
-			owed[w.EventID] = true
+	if len(s.handlerRuns) > 0 {
+		owed := map[string]bool{}
+		for _, w := range work {
+			if w.Kind == protocol.WorkHandler {
+				owed[w.EventID] = true
+			}
 		}
-	}
-	for id, running := range s.handlerRuns {
-		if !running && !owed[id] {
-			delete(s.handlerRuns, id)
+		for id, running := range s.handlerRuns {
+			if !running && !owed[id] {
+				delete(s.handlerRuns, id)
+			}
 		}
 	}
 	for _, w := range work {
