@@ -336,10 +336,11 @@ func TestProviderExecutedApproval(t *testing.T) {
 		a.Models = func(string) (harness.Model, error) { return m, nil }
 	})
 	f.push("s1", protocol.Inputs.Text("m1", "search for a2"))
-	st := f.waitFor("s1", "the approval request", func(s *protocol.AIState) bool { return len(s.PendingApprovals) == 1 })
-	if st.Status != protocol.StatusAwaitingApproval {
-		t.Fatalf("status %s while the provider call waits for approval", st.Status)
-	}
+	// The approval request arrives with the step's progress; the status is
+	// awaiting-approval once the step has ended (until then it streams).
+	st := f.waitFor("s1", "the approval request, awaiting approval", func(s *protocol.AIState) bool {
+		return len(s.PendingApprovals) == 1 && s.Status == protocol.StatusAwaitingApproval
+	})
 	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "ok" }}.Approve("ap-ws1")...)
 	st = f.waitFor("s1", "the continuation", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "searched" })
 	m.mu.Lock()
