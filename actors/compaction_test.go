@@ -302,6 +302,9 @@ func TestImplicitCompactionSkipsForcedToolChoice(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), "go on"))
 		st = f.waitFor("s1", "turn done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
+		if i == 0 {
+			f.waitLookup("s1", "openai/small", protocol.MetadataResolved)
+		}
 	}
 	if md := st.ModelMetadata["openai/small"]; md.Status != protocol.MetadataResolved {
 		t.Fatalf("the limits never became known: %+v", md)
@@ -341,6 +344,9 @@ func TestDirectProviderNeedsExplicitThreshold(t *testing.T) {
 		for i := 0; i < 10; i++ {
 			f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), "go on"))
 			st = f.waitFor("s1", "turn done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
+			if i == 0 && threshold == 0 {
+				f.waitLookup("s1", "direct-model", protocol.MetadataUnavailable)
+			}
 		}
 		return st
 	}

@@ -424,8 +424,11 @@ func TestAutomaticCompactionFromTheCatalog(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), "go on"))
 		st = f.waitFor("s1", "turn done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
-		if i == 0 && compacted(st) {
-			t.Fatal("compacted before the catalog lookup landed")
+		if i == 0 {
+			if compacted(st) {
+				t.Fatal("compacted before the catalog lookup landed")
+			}
+			f.waitLookup("s1", "openai/small", protocol.MetadataResolved)
 		}
 		if compacted(st) {
 			break
@@ -446,6 +449,16 @@ func TestAutomaticCompactionFromTheCatalog(t *testing.T) {
 	if threshold != 600 {
 		t.Fatalf("threshold %d, want 75%% of 800", threshold)
 	}
+}
+
+// waitLookup waits until the session's catalog lookup of model has
+// status: the lookup runs beside the turns, and on a loaded machine it may
+// take longer than several of them.
+func (f *fixture) waitLookup(session, model, status string) {
+	f.t.Helper()
+	f.waitFor(session, "the catalog lookup of "+model, func(s *protocol.AIState) bool {
+		return s.ModelMetadata[model].Status == status
+	})
 }
 
 // catalogFixture serves a Gateway model of an 800-token window from a
