@@ -139,6 +139,7 @@ func TestCustomCompactionPolicy(t *testing.T) {
 	var mu sync.Mutex
 	var resolves int
 	var seen []CompactionContext
+	var resolverMessages [][]string // the message IDs each resolver call saw (R-GEN-12)
 	policy := &CustomCompaction{
 		ShouldCompact: func(_ context.Context, cc CompactionContext) (bool, error) {
 			mu.Lock()
@@ -159,6 +160,11 @@ func TestCustomCompactionPolicy(t *testing.T) {
 		a.Harness.CompactionFunc = func(ctx context.Context, rc harness.ResolverContext) (CompactionChoice, error) {
 			mu.Lock()
 			resolves++
+			var ids []string
+			for _, m := range rc.Messages {
+				ids = append(ids, m.ID)
+			}
+			resolverMessages = append(resolverMessages, ids)
 			mu.Unlock()
 			if rc.Session == nil {
 				return CompactionChoice{}, fmt.Errorf("no session reader")
@@ -191,6 +197,22 @@ func TestCustomCompactionPolicy(t *testing.T) {
 	// Turns 1 and 2 see fewer than four messages: false, the policy is not asked.
 	if len(seen) != turns-2 {
 		t.Fatalf("the policy was asked %d times, want %d", len(seen), turns-2)
+	}
+	// R-GEN-12: resolvers see the prompt messages, already compacted: the
+	// same typed context as the policy, the summary in force first.
+	summarized := false
+	for k, cc := range seen {
+		var want []string
+		for _, m := range cc.Messages {
+			want = append(want, m.ID)
+		}
+		if got := resolverMessages[k+2]; strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("generation %d: the resolver saw messages %v, the policy %v", k+2, got, want)
+		}
+		summarized = summarized || strings.HasPrefix(want[0], "summary-")
+	}
+	if !summarized {
+		t.Fatal("no resolver saw a summary; the test checks nothing compacted")
 	}
 	var summaries []string
 	for _, d := range compactionParts(st) {

@@ -335,7 +335,8 @@ type laneInput struct {
 // cancelled context ends quietly.
 func runLane(ctx context.Context, in laneInput, send func(any)) {
 	a := in.agent.opts
-	rc := harness.ResolverContext{Event: in.request, Messages: in.messages, State: in.app}
+	// Callbacks see the prompt messages, already compacted (R-GEN-12).
+	rc := harness.ResolverContext{Event: in.request, Messages: promptMessages(in.gen, in.messages), State: in.app}
 	if in.ai != nil {
 		rc.Session = frontier{ai: in.ai, index: in.index, store: in.store, session: in.session}
 	}
@@ -440,7 +441,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	gc := GenerateContext{ResolverContext: rc, GenerationID: in.gen, ModelMessages: req.Messages,
 		Model: settings, Instructions: instructions, Tools: req.Tools, Generation: gs}
-	gc.Messages = messages // this step's compaction included (R-GEN-29)
+	gc.Messages = promptMessages(in.gen, messages) // this step's compaction included (R-GEN-29)
 	metadata := a.Harness.MessageMetadata
 	var stream harness.Stream
 	if generate := a.Harness.Generate; generate != nil {
@@ -498,6 +499,17 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	flush()
 	end(result)
+}
+
+// promptMessages is the typed model context of a step: after the latest
+// completed compaction, its summary (as a message) and what follows it;
+// without one, every message (R-GEN-12, R-COMPACT-03).
+func promptMessages(gen string, messages []protocol.TranscriptMessage) []protocol.TranscriptMessage {
+	summary, after := protocol.ModelContext(messages)
+	if summary == "" {
+		return after
+	}
+	return append([]protocol.TranscriptMessage{protocol.SummaryMessage(gen, summary)}, after...)
 }
 
 // checkChunk applies what the agent's harness options ask of a streamed
@@ -684,11 +696,7 @@ func compactCustom(ctx context.Context, in laneInput, req harness.Request, model
 	if protocol.CompactionDeferral(in.ai, false) != "" {
 		return "", false, nil
 	}
-	summary, after := protocol.ModelContext(in.messages)
-	typed := after
-	if summary != "" {
-		typed = append([]protocol.TranscriptMessage{protocol.SummaryMessage(in.gen, summary)}, after...)
-	}
+	typed := promptMessages(in.gen, in.messages)
 	tokens := protocol.CalibratedTokens(bytes, modelID, in.ai.Calibration)
 	cc := CompactionContext{SessionID: in.session, GenerationID: in.gen, Model: modelID, Messages: typed,
 		ModelMessages: req.Messages, InputTokens: tokens, State: rc.State}
