@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
 )
@@ -128,6 +129,10 @@ type AgentOptions struct {
 	Handlers map[string]Handler
 	// Tools the model may call; A2 executes them durably.
 	Tools []tools.Tool
+	// Store holds this agent's sessions; nil means the runtime's store (the
+	// one given to New). Agents with their own stores may use the same
+	// session IDs without sharing a log.
+	Store persistence.Store
 }
 
 // Agent is a validated agent definition.

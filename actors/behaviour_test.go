@@ -471,7 +471,7 @@ func TestSubscribeFromAnyIndex(t *testing.T) {
 	f := newFixture(t, `{"replies":[{"text":"streamed answer with several words"}]}`, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	live, _ := f.rt.Subscribe(ctx, "s1", 0)
+	live, _ := f.rt.Subscribe(ctx, "assistant", "s1", 0)
 	f.push("s1", protocol.Inputs.Text("m1", "go"))
 	st := f.waitFor("s1", "done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
 	_, index, err := f.rt.State(ctx, "assistant", "s1")
@@ -493,7 +493,7 @@ func TestSubscribeFromAnyIndex(t *testing.T) {
 		}
 	}
 	// A late subscriber from the middle sees the rest, exactly once.
-	late, _ := f.rt.Subscribe(ctx, "s1", index/2)
+	late, _ := f.rt.Subscribe(ctx, "assistant", "s1", index/2)
 	for i := index/2 + 1; i <= index; i++ {
 		ev := <-late
 		if ev.Index != i {

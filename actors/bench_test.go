@@ -219,7 +219,7 @@ func benchProgress(b *testing.B, streams, burst int) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				last, _ := st.LastIndex(ctx, session)
-				live, _ := rt.Subscribe(ctx, session, last)
+				live, _ := rt.Subscribe(ctx, "assistant", session, last)
 				if _, err := rt.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text("m-"+session, "go")}, false); err != nil {
 					b.Error(err)
 					return

@@ -66,7 +66,7 @@ func (s *sessionActor) reconcileHandlers(work []protocol.Work) {
 			s.handlerCtx, s.stopHandlers = context.WithCancelCause(context.Background())
 		}
 		s.handlerRuns[w.EventID] = true
-		ctx, store, session, id, self, sys, logger := s.handlerCtx, s.rt.store, s.id, w.EventID, s.self, s.rt.system, s.rt.opts.Logger
+		ctx, store, session, id, self, sys, logger := s.handlerCtx, s.store, s.id, w.EventID, s.self, s.rt.system, s.rt.opts.Logger
 		go func() {
 			wait := handlerBackoff
 			for attempt := 1; ; attempt++ {

@@ -199,7 +199,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 		app:      s.state.App,
 		ai:       snap,
 		index:    s.index,
-		store:    s.rt.store,
+		store:    s.store,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }}

@@ -6,9 +6,15 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/persistence"
+	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // R-LOG-14 R-LOG-16 R-TURN-09: two turns, each a model step that calls a
@@ -108,5 +114,95 @@ func TestARejectionIsANormalResult(t *testing.T) {
 	}
 	if n := f.store.loads.Load(); n != 1 {
 		t.Fatalf("the session was activated %d times; a rejection must not restart its writer", n)
+	}
+}
+
+// An agent's Store option: two agents of one runtime, one with a store of
+// its own, run sessions of the same ID side by side; each store holds only
+// its agent's log, and reads, subscriptions and history go to the agent's
+// store. Without the option an agent uses the runtime's store.
+func TestAgentsWithTheirOwnStores(t *testing.T) {
+	shared, err := pebblestore.Open("shared", pebblestore.Options{FS: vfs.NewMem(), Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := pebblestore.Open("own", pebblestore.Options{FS: vfs.NewMem(), Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = shared.Close(); _ = own.Close() }()
+	agent := func(name, answer string, store persistence.Store) *Agent {
+		sc, err := script.Parse([]byte(`{"default":{"text":"` + answer + `"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := script.New(sc)
+		a, err := NewAgent(AgentOptions{Name: name, Model: harness.ModelID("script"), Store: store,
+			Models: func(string) (harness.Model, error) { return m, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	rt, err := New(shared, []*Agent{agent("support", "from support", nil), agent("sales", "from sales", own)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx := context.Background()
+	for _, name := range []string{"support", "sales"} {
+		if _, err := rt.Push(ctx, name, "s1", []protocol.Event{protocol.Inputs.Text("m-"+name, "hi")}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]string{"support": "from support", "sales": "from sales"} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			st, _, err := rt.State(ctx, name, "s1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if idle(st.AI) && len(st.AI.Messages) == 2 {
+				if got := lastText(st.AI); got != want {
+					t.Fatalf("%s answered %q", name, got)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no answer", name)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for store, wantInput := range map[persistence.Store]string{shared: "m-support", own: "m-sales"} {
+		log, err := store.Read(ctx, "s1", 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(log) == 0 || log[0].ID != wantInput {
+			t.Fatalf("the log of s1 in a store starts with %+v, want %s's input", log[:min(1, len(log))], wantInput)
+		}
+		for _, ev := range log {
+			if strings.HasPrefix(ev.ID, "m-") && ev.ID != wantInput {
+				t.Fatalf("input %s landed in the other agent's store", ev.ID)
+			}
+		}
+	}
+	if s, err := rt.StoreOf("sales"); err != nil || s != own {
+		t.Fatalf("StoreOf(sales) = %v, %v", s, err)
+	}
+	if _, err := rt.StoreOf("nobody"); err == nil {
+		t.Fatal("StoreOf an unknown agent succeeded")
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	live, _ := rt.Subscribe(sctx, "sales", "s1", 0)
+	first := <-live
+	if first.ID != "m-sales" {
+		t.Fatalf("a subscription to sales/s1 began with %s", first.ID)
+	}
+	_, errc := rt.Subscribe(sctx, "nobody", "s1", 0)
+	if err := <-errc; err == nil {
+		t.Fatal("a subscription for an unknown agent did not fail")
 	}
 }

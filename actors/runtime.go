@@ -111,8 +111,25 @@ func (r *Runtime) Agent(name string) (*Agent, bool) {
 	return a, ok
 }
 
-// Store is the runtime's store.
+// Store is the runtime's store, which holds the sessions of every agent
+// without a store of its own.
 func (r *Runtime) Store() persistence.Store { return r.store }
+
+// StoreOf returns the store that holds the sessions of the named agent.
+func (r *Runtime) StoreOf(agentName string) (persistence.Store, error) {
+	a, err := r.agent(agentName)
+	if err != nil {
+		return nil, err
+	}
+	return r.storeOf(a), nil
+}
+
+func (r *Runtime) storeOf(a *Agent) persistence.Store {
+	if a.opts.Store != nil {
+		return a.opts.Store
+	}
+	return r.store
+}
 
 func key(agent, session string) string { return agent + "\x00" + session }
 
@@ -127,7 +144,7 @@ func (r *Runtime) pid(agent *Agent, session string) (*actor.PID, error) {
 	if p, ok := r.sessions[k]; ok {
 		return p, nil
 	}
-	s := &sessionActor{rt: r, agent: agent, id: session}
+	s := &sessionActor{rt: r, agent: agent, id: session, store: r.storeOf(agent)}
 	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithDispatcher(r.dispatcher),
 		actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
 	r.wg.Add(1)
@@ -304,7 +321,7 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 		return nil, 0, err
 	}
 	if !r.active(a, session) {
-		last, err := r.store.LastIndex(ctx, session)
+		last, err := r.storeOf(a).LastIndex(ctx, session)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, 0, ctx.Err()
@@ -330,17 +347,22 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 	return st, resp.Index, nil
 }
 
-// Subscribe streams the session's durable events with an index greater
-// than after, in order, with no gap and no duplicate: history from the
-// store first, then the live tail. The channel closes when ctx ends or the
-// store fails (the error is then sent on errc).
-func (r *Runtime) Subscribe(ctx context.Context, session string, after uint64) (<-chan protocol.Event, <-chan error) {
+// Subscribe streams the agent's session's durable events with an index
+// greater than after, in order, with no gap and no duplicate: history from
+// the store first, then the live tail. The channel closes when ctx ends or
+// the store fails (the error is then sent on errc), or at once with the
+// error on errc for an unknown agent.
+func (r *Runtime) Subscribe(ctx context.Context, agentName, session string, after uint64) (<-chan protocol.Event, <-chan error) {
 	// A small buffer: the tail buffers durable batches itself (and reads
 	// the log when a subscriber falls behind); a large one per subscriber
 	// was a quarter of the heap with 1,000 streams.
 	out := make(chan protocol.Event, 16)
 	errc := make(chan error, 1)
-	tail, err := persistence.Follow(r.store, session, after)
+	store, err := r.StoreOf(agentName)
+	var tail persistence.Tail
+	if err == nil {
+		tail, err = persistence.Follow(store, session, after)
+	}
 	if err != nil {
 		errc <- err
 		close(out)
@@ -390,7 +412,7 @@ func (r *Runtime) requestInput(ctx context.Context, agent, session string, req p
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	events, errc := r.Subscribe(ctx, session, after)
+	events, errc := r.Subscribe(ctx, agent, session, after)
 	answers := map[string]json.RawMessage{} // answer command ID -> value
 	for e := range events {
 		switch e.Type {

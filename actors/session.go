@@ -33,6 +33,7 @@ type sessionActor struct {
 	rt    *Runtime
 	agent *Agent
 	id    string
+	store persistence.Store // the agent's (Runtime.storeOf)
 	self  *actor.PID
 	ctx   actor.Context
 
@@ -201,7 +202,7 @@ func (s *sessionActor) activate() error {
 	c := s.agent.contract
 	s.state = c.NewState()
 	s.index = 0
-	snap, found, err := s.rt.store.LoadSnapshot(ctx, s.id, c.ReducerName())
+	snap, found, err := s.store.LoadSnapshot(ctx, s.id, c.ReducerName())
 	if err != nil {
 		s.rt.opts.Logger.Warn("snapshot unreadable; replaying the log", "session", s.id, "err", err)
 	} else if found {
@@ -212,7 +213,7 @@ func (s *sessionActor) activate() error {
 		}
 	}
 	for {
-		evs, err := s.rt.store.Read(ctx, s.id, s.index, 1024)
+		evs, err := s.store.Read(ctx, s.id, s.index, 1024)
 		if err != nil {
 			return err
 		}
@@ -248,7 +249,7 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 	for i, ev := range events {
 		ids[i] = ev.ID
 	}
-	stored, err := s.rt.store.Lookup(context.Background(), ids)
+	stored, err := s.store.Lookup(context.Background(), ids)
 	if err != nil {
 		c.Respond(&sessionpb.PushResponse{Error: toPBError(fmt.Errorf("%w: %v", ErrUnavailable, err))})
 		return
@@ -348,7 +349,7 @@ func (s *sessionActor) tryFlush() {
 	}
 	s.writing = true
 	s.inflight = pushes
-	store, session, expected, self, sys := s.rt.store, s.id, s.index, s.self, s.rt.system
+	store, session, expected, self, sys := s.store, s.id, s.index, s.self, s.rt.system
 	logger := s.rt.opts.Logger
 	go func() {
 		stored, err := store.Append(context.Background(), session, expected, batch)
@@ -523,7 +524,7 @@ func (s *sessionActor) maybeSnapshot(stored []protocol.Event) {
 	}
 	s.sinceSnapshot, s.sinceSnapshotBytes = 0, 0
 	snap := persistence.Snapshot{Session: s.id, Reducer: s.agent.contract.ReducerName(), Index: s.index, State: b}
-	store, logger := s.rt.store, s.rt.opts.Logger
+	store, logger := s.store, s.rt.opts.Logger
 	go func() {
 		if err := store.SaveSnapshot(context.Background(), snap); err != nil {
 			logger.Warn("snapshot not saved", "session", snap.Session, "err", err)

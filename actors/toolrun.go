@@ -187,7 +187,7 @@ func (s *sessionActor) execute(r *toolRun) {
 		}
 	}
 	name, session, call, version := s.agent.Name(), s.id, r.call, r.version
-	store, contract, boundary := s.rt.store, s.agent.contract, r.event.ID
+	store, contract, boundary := s.store, s.agent.contract, r.event.ID
 	hc.State = func(ctx context.Context) (*protocol.SessionState, uint64, error) {
 		return stateThrough(ctx, store, contract, session, boundary)
 	}

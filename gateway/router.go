@@ -68,7 +68,7 @@ func (r RuntimeRouter) Subscribe(ctx context.Context, agent, session string, aft
 	if err := r.check(agent, session); err != nil {
 		return nil, nil, err
 	}
-	evs, errc := r.Runtime.Subscribe(ctx, session, after)
+	evs, errc := r.Runtime.Subscribe(ctx, agent, session, after)
 	return evs, errc, nil
 }
 
@@ -77,7 +77,11 @@ func (r RuntimeRouter) History(ctx context.Context, agent, session string, after
 	if err := r.check(agent, session); err != nil {
 		return nil, err
 	}
-	evs, err := r.Runtime.Store().Read(ctx, session, after, limit)
+	store, err := r.Runtime.StoreOf(agent)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := store.Read(ctx, session, after, limit)
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return nil, fmt.Errorf("%w: %v", actors.ErrUnavailable, err)
 	}
