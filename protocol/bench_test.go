@@ -103,3 +103,26 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStateCopy compares Clone with ReadCopy (a model step's copy of
+// its frontier) on the state of a long session.
+func BenchmarkStateCopy(b *testing.B) {
+	s := NewAIState()
+	for _, ev := range realisticLog(1000, 16) {
+		if err := Fold(s, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, mode := range []string{"clone", "read-copy"} {
+		b.Run("turns=1000/"+mode, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if mode == "clone" {
+					_ = s.Clone()
+				} else {
+					_ = s.ReadCopy()
+				}
+			}
+		})
+	}
+}

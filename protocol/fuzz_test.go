@@ -21,6 +21,7 @@ type sim struct {
 	policy Policy
 	n      int
 	gens   int
+	frozen map[string][]byte // messages as first seen settled (settledMessages)
 }
 
 func newSim() *sim { return &sim{state: NewAIState(), policy: Policy{MaxSteps: 4}} }
@@ -58,8 +59,19 @@ func (s *sim) append(evs ...Event) error {
 		if s.fencedOrSettled(ev) {
 			unchanged, _ = MarshalState(s.state)
 		}
+		if s.frozen == nil {
+			s.frozen = settledMessages(s.state)
+		}
 		if err := Fold(s.state, ev); err != nil {
 			return err
+		}
+		if err := stillSettled(s.frozen, s.state, ev); err != nil {
+			return err
+		}
+		for id, b := range settledMessages(s.state) {
+			if _, ok := s.frozen[id]; !ok {
+				s.frozen[id] = b
+			}
 		}
 		if unchanged != nil {
 			if now, _ := MarshalState(s.state); !bytes.Equal(now, unchanged) {
@@ -436,4 +448,33 @@ func FuzzFoldBytes(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// settledMessages encodes every message but the active response. Once a
+// message is not the active response, no later fold changes it in place,
+// whatever becomes active (AIState.ReadCopy relies on it): the simulation
+// keeps each message as first seen settled (sim.frozen) and compares it
+// after every fold.
+func settledMessages(s *AIState) map[string][]byte {
+	out := map[string][]byte{}
+	for _, m := range s.Messages {
+		if !s.isActiveResponse(m.ID) {
+			out[m.ID], _ = json.Marshal(m)
+		}
+	}
+	return out
+}
+
+// stillSettled checks that the settled messages are unchanged after ev.
+func stillSettled(before map[string][]byte, s *AIState, ev Event) error {
+	for _, m := range s.Messages {
+		b, ok := before[m.ID]
+		if !ok {
+			continue
+		}
+		if now, _ := json.Marshal(m); !bytes.Equal(now, b) {
+			return fmt.Errorf("event %s %s changed message %s, which is not the active response:\n%s\n->\n%s", ev.Type, ev.ID, m.ID, b, now)
+		}
+	}
+	return nil
 }

@@ -353,11 +353,25 @@ func (s *AIState) normalize() {
 
 // Clone returns a copy of s that shares no mutable memory with it. Raw JSON
 // values and strings are immutable once folded and are shared.
-func (s *AIState) Clone() *AIState {
+func (s *AIState) Clone() *AIState { return s.clone(true) }
+
+// ReadCopy is a copy of s to read while s goes on folding: Clone, except
+// that the messages other than the active response share their parts with
+// s. A fold changes no other message in place (the random-session
+// simulation checks every fold for it), so the copy reads as Clone's would,
+// at a cost that follows the active response and the maps rather than the
+// length of the transcript. Its messages' parts must not be changed.
+func (s *AIState) ReadCopy() *AIState { return s.clone(false) }
+
+// clone copies s; allParts copies every message's parts, else only the
+// active response's.
+func (s *AIState) clone(allParts bool) *AIState {
 	c := *s
 	c.Messages = make([]TranscriptMessage, len(s.Messages))
 	for i, m := range s.Messages {
-		m.Parts = append([]Part(nil), m.Parts...)
+		if allParts || s.isActiveResponse(m.ID) {
+			m.Parts = append([]Part(nil), m.Parts...)
+		}
 		if m.Parts == nil {
 			m.Parts = []Part{}
 		}
@@ -409,6 +423,14 @@ func (s *AIState) Clone() *AIState {
 	c.TerminalRequestIDs = cloneMap(s.TerminalRequestIDs)
 	c.TerminalGenerations = cloneMap(s.TerminalGenerations)
 	return &c
+}
+
+// isActiveResponse reports whether id is the response the active turn,
+// request or projection writes.
+func (s *AIState) isActiveResponse(id string) bool {
+	return id != "" && (id == s.ActiveResponseMessageID ||
+		(s.Active != nil && id == s.Active.ResponseMessageID) ||
+		(s.ActiveProjection != nil && id == s.ActiveProjection.ResponseMessageID))
 }
 
 func cloneInbox(items []InboxItem) []InboxItem {
