@@ -187,10 +187,11 @@ func (s *sessionActor) startLane(w protocol.Work) {
 	attempt := w.Attempt + 1
 	gen := protocol.GenerationIDFor(w.RequestID, attempt)
 	l := &lane{gen: gen, request: w.RequestID, attempt: attempt}
-	// The step's frontier: a copy of the state, messages included, that the
-	// actor's later folds do not touch (its parts are not shared with the
-	// live transcript, which the actor keeps changing while the lane reads).
-	snap := s.state.AI.Clone()
+	// The step's frontier: a copy of the state that the actor's later folds
+	// do not touch. ReadCopy copies the parts of the active response only,
+	// the one message folds change in place; the rest of the transcript is
+	// shared, read-only, so a step costs no copy of the whole history.
+	snap := s.state.AI.ReadCopy()
 	in := laneInput{
 		agent: s.agent, session: s.id, gen: gen,
 		request:  protocol.Event{ID: w.RequestID, Type: protocol.TypeGenerationRequested, Session: s.id},
