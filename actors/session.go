@@ -198,35 +198,58 @@ func (s *sessionActor) stop() {
 // the log tail; a missing or unreadable snapshot is rebuilt from the log
 // (R-CONTRACT-10, R-CONTRACT-11).
 func (s *sessionActor) activate() error {
-	ctx := context.Background()
-	c := s.agent.contract
-	s.state = c.NewState()
-	s.index = 0
-	snap, found, err := s.store.LoadSnapshot(ctx, s.id, c.ReducerName())
+	st, index, err := replay(context.Background(), s.store, s.agent.contract, s.id, 0, func(msg string, err error) {
+		s.rt.opts.Logger.Warn(msg, "session", s.id, "err", err)
+	})
 	if err != nil {
-		s.rt.opts.Logger.Warn("snapshot unreadable; replaying the log", "session", s.id, "err", err)
-	} else if found {
-		if st, err := c.UnmarshalState(snap.State); err == nil {
-			s.state, s.index = st, snap.Index
+		return err
+	}
+	s.state, s.index = st, index
+	return nil
+}
+
+// replay folds session's log with c, from the latest snapshot under c's
+// reducer name when it ends at or before upTo, through index upTo (0: to
+// the end of the log). A snapshot that cannot be read or decoded is
+// reported to warn and the log is folded from its start instead
+// (R-CONTRACT-11).
+func replay(ctx context.Context, store persistence.Store, c *protocol.Contract, session string, upTo uint64, warn func(msg string, err error)) (*protocol.SessionState, uint64, error) {
+	st, at := c.NewState(), uint64(0)
+	snap, found, err := store.LoadSnapshot(ctx, session, c.ReducerName())
+	switch {
+	case err != nil:
+		warn("snapshot unreadable; replaying the log", err)
+	case found && (upTo == 0 || snap.Index <= upTo):
+		if restored, err := c.UnmarshalState(snap.State); err == nil {
+			st, at = restored, snap.Index
 		} else {
-			s.rt.opts.Logger.Warn("snapshot does not decode; replaying the log", "session", s.id, "err", err)
+			warn("snapshot does not decode; replaying the log", err)
 		}
 	}
-	for {
-		evs, err := s.store.Read(ctx, s.id, s.index, 1024)
+	const page = 1024
+	for upTo == 0 || at < upTo {
+		limit := page
+		if upTo != 0 {
+			limit = int(min(upTo-at, page))
+		}
+		evs, err := store.Read(ctx, session, at, limit)
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
 		for _, ev := range evs {
-			if err := c.Fold(s.state, ev); err != nil {
-				return fmt.Errorf("fold %s at %d: %w", ev.Type, ev.Index, err)
+			if err := c.Fold(st, ev); err != nil {
+				return nil, 0, fmt.Errorf("fold %s at %d: %w", ev.Type, ev.Index, err)
 			}
-			s.index = ev.Index
+			at = ev.Index
 		}
-		if len(evs) < 1024 {
-			return nil
+		if len(evs) < limit {
+			if upTo != 0 && at < upTo {
+				return nil, 0, fmt.Errorf("actors: the log of %q ends at %d, before index %d", session, at, upTo)
+			}
+			break
 		}
 	}
+	return st, at, nil
 }
 
 func (s *sessionActor) stateResponse() *sessionpb.StateResponse {

@@ -248,8 +248,8 @@ func (s *sessionActor) onToolEnd(m *toolEnd) {
 }
 
 // stateThrough folds session's log with c up to and including the event
-// with ID id, from the latest snapshot at or before it when there is one:
-// a boundary that every attempt of a tool call reads alike (R-CONTRACT-20).
+// with ID id: a boundary that every attempt of a tool call reads alike
+// (R-CONTRACT-20).
 func stateThrough(ctx context.Context, store persistence.Store, c *protocol.Contract, session, id string) (*protocol.SessionState, uint64, error) {
 	evs, err := store.Lookup(ctx, []string{id})
 	if err != nil {
@@ -258,27 +258,5 @@ func stateThrough(ctx context.Context, store persistence.Store, c *protocol.Cont
 	if len(evs) == 0 {
 		return nil, 0, fmt.Errorf("actors: the boundary event %q is not in the store", id)
 	}
-	upTo := evs[0].Index
-	st, at := c.NewState(), uint64(0)
-	if snap, found, err := store.LoadSnapshot(ctx, session, c.ReducerName()); err == nil && found && snap.Index <= upTo {
-		if restored, err := c.UnmarshalState(snap.State); err == nil {
-			st, at = restored, snap.Index
-		}
-	}
-	for at < upTo {
-		evs, err := store.Read(ctx, session, at, int(min(upTo-at, persistence.FollowPage)))
-		if err != nil {
-			return nil, 0, err
-		}
-		if len(evs) == 0 {
-			return nil, 0, fmt.Errorf("actors: the log of %q ends at %d, before its boundary %d", session, at, upTo)
-		}
-		for _, ev := range evs {
-			if err := c.Fold(st, ev); err != nil {
-				return nil, 0, err
-			}
-			at = ev.Index
-		}
-	}
-	return st, at, nil
+	return replay(ctx, store, c, session, evs[0].Index, func(string, error) {})
 }
