@@ -63,7 +63,9 @@ func contains(list []string, s string) bool {
 // a reader of the session. It exposes no raw history and no execution
 // argument (R-GEN-14); the abort signal is the context passed beside it.
 type ResolverContext struct {
-	Event    protocol.Event
+	Event protocol.Event
+	// Messages are read-only: their parts are shared with the session's
+	// state (protocol.AIState.ReadCopy), which a change would corrupt.
 	Messages []protocol.TranscriptMessage
 	State    any
 	Session  SessionReader
