@@ -46,12 +46,7 @@ func TestStepTimeout(t *testing.T) {
 	if ran.Load() != 1 {
 		t.Fatalf("the slow tool completed %d times, want 1", ran.Load())
 	}
-	var output string
-	for _, p := range st.Messages[len(st.Messages)-1].Parts {
-		if p.ToolCallID != "" {
-			output = string(p.Output)
-		}
-	}
+	output := string(lastToolPart(st).Output)
 	if output != `"slept"` {
 		t.Fatalf("the slow tool's part has output %q, want its result", output)
 	}
@@ -91,10 +86,7 @@ func TestGenerationToolApproval(t *testing.T) {
 	if deploys.Load() != 1 {
 		t.Fatal("the production deploy ran before approval")
 	}
-	var approvalID string
-	for id := range st.PendingApprovals {
-		approvalID = id
-	}
+	approvalID := onlyApproval(t, st)
 	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "a1" }}.Approve(approvalID)...)
 	f.waitFor("s1", "released", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "released" })
 	if deploys.Load() != 2 {
@@ -276,12 +268,7 @@ func TestToolRequestsInput(t *testing.T) {
 	if asked.Load() != 1 {
 		t.Fatalf("the tool ran %d times", asked.Load())
 	}
-	var output string
-	for _, p := range st.Messages[len(st.Messages)-1].Parts {
-		if p.ToolCallID != "" {
-			output = string(p.Output)
-		}
-	}
+	output := string(lastToolPart(st).Output)
 	if output != `{"environment":"prod"}` {
 		t.Fatalf("the tool's output %q does not carry the answer", output)
 	}
@@ -351,4 +338,27 @@ func TestProviderExecutedApproval(t *testing.T) {
 	if st.Error != nil {
 		t.Fatalf("error %+v", st.Error)
 	}
+}
+
+// lastToolPart is the last tool part of the transcript's last message.
+func lastToolPart(st *protocol.AIState) protocol.Part {
+	var out protocol.Part
+	for _, p := range st.Messages[len(st.Messages)-1].Parts {
+		if p.ToolCallID != "" {
+			out = p
+		}
+	}
+	return out
+}
+
+// onlyApproval is the ID of the one pending approval.
+func onlyApproval(t *testing.T, st *protocol.AIState) string {
+	t.Helper()
+	if len(st.PendingApprovals) != 1 {
+		t.Fatalf("%d pending approvals, want 1", len(st.PendingApprovals))
+	}
+	for id := range st.PendingApprovals {
+		return id
+	}
+	return ""
 }

@@ -176,10 +176,7 @@ func TestApprovalFlow(t *testing.T) {
 	if deploys.Load() != 0 {
 		t.Fatal("the tool ran before approval")
 	}
-	var approvalID string
-	for id := range st.PendingApprovals {
-		approvalID = id
-	}
+	approvalID := onlyApproval(t, st)
 	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "x" }}.Approve(approvalID)...)
 	f.waitFor("s1", "shipped", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "shipped" })
 	if deploys.Load() != 1 || lookups.Load() != 2 {
@@ -187,9 +184,7 @@ func TestApprovalFlow(t *testing.T) {
 	}
 	f.push("s1", protocol.Inputs.Text("m2", "again"))
 	st = f.waitFor("s1", "approval pending", func(s *protocol.AIState) bool { return len(s.PendingApprovals) == 1 })
-	for id := range st.PendingApprovals {
-		approvalID = id
-	}
+	approvalID = onlyApproval(t, st)
 	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "y" }}.Deny(approvalID, "not today")...)
 	f.waitFor("s1", "denied", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "not shipped" })
 	if deploys.Load() != 1 {

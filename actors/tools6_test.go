@@ -271,12 +271,8 @@ func TestReportToolRetriesAFailureBeforeExecute(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Fatalf("the report tool ran %d times, want 1", runs.Load())
 	}
-	var output, errText string
-	for _, p := range st.Messages[len(st.Messages)-1].Parts {
-		if p.ToolCallID != "" {
-			output, errText = string(p.Output), p.ErrorText
-		}
-	}
+	part := lastToolPart(st)
+	output, errText := string(part.Output), part.ErrorText
 	if output != `"charged"` || errText != "" {
 		t.Fatalf("the call's result is %q / %q, want the tool's own result", output, errText)
 	}
