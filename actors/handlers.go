@@ -38,6 +38,11 @@ func (s *sessionActor) reconcileHandlers(work []protocol.Work) {
 	if len(s.agent.opts.Handlers) == 0 {
 		return // the common case, on every write: nothing to do
 	}
+	if s.writing {
+		// The state holds the batch being written: its events are not
+		// durable yet. Persist, then act: the write's end reconciles again.
+		return
+	}
 	// A run stays listed until its completion is folded (the state no
 	// longer owes it), so that it does not start again meanwhile.
 	if len(s.handlerRuns) > 0 {
