@@ -118,7 +118,7 @@ func (s *sessionActor) onHandlerDone(m *handlerDone) {
 	s.handlerRuns[m.eventID] = false // done; forgotten once the completion is folded
 	s.queueWork(protocol.Event{ID: protocol.DeriveID("handled", s.id, m.eventID), Type: protocol.TypeHandlerCompleted,
 		Payload: mustJSON(protocol.HandlerCompleted{EventID: m.eventID}), Cause: m.eventID})
-	s.tryFlush()
+	s.flushSoon()
 }
 
 // handlersRunning reports whether a handler runs or its completion is not

@@ -260,7 +260,7 @@ func (s *sessionActor) onLane(m any) {
 		}
 		l.end = m
 	}
-	s.tryFlush()
+	s.flushSoon()
 }
 
 // laneEvents turns what the lanes reported into events for the batch:

@@ -83,7 +83,7 @@ func (s *sessionActor) onMetadataDone(m *metadataDone) {
 	if m.ev != nil {
 		s.queueWork(*m.ev)
 	}
-	s.tryFlush()
+	s.flushSoon()
 }
 
 // metadataRequest is the ai.model.metadata.requested event that the first

@@ -246,14 +246,27 @@ func toolCrashOnce(seed uint64, runs *sync.Map, reported *int) error {
 	go func() {
 		_, _ = rt.Push(context.Background(), "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m1", "go")}, false)
 	}()
-	select {
-	case <-cs.taken:
-	case <-time.After(3 * time.Second):
+	// The turn may take fewer writes than the crash point (batches grow
+	// with what queues meanwhile): then the crash comes after it ended.
+	for waited := time.Duration(0); ; waited += 5 * time.Millisecond {
+		done := waited >= 3*time.Second
+		if !done {
+			select {
+			case <-cs.taken:
+			case <-time.After(5 * time.Millisecond):
+				s, _, err := rt.State(context.Background(), "assistant", "s1")
+				done = err == nil && len(s.AI.Messages) > 1 && s.AI.Active == nil
+			}
+		}
 		cs.mu.Lock()
-		if cs.clone == nil {
+		if done && cs.clone == nil {
 			cs.crash()
 		}
+		taken := cs.clone != nil
 		cs.mu.Unlock()
+		if taken {
+			break
+		}
 	}
 	rt.Close()
 	_ = st.Close()

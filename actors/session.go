@@ -49,6 +49,7 @@ type sessionActor struct {
 	toolRuns    map[string]*toolRun
 	lastWrite   time.Time
 	tickPending bool
+	flushQueued bool // a flushNow is in the mailbox
 	stopping    bool
 
 	sinceSnapshot      int
@@ -99,6 +100,9 @@ type writeDone struct {
 
 type flushTick struct{}
 
+// flushNow starts the next write (see flushSoon).
+type flushNow struct{}
+
 // passivateIdle asks a session to passivate now if it is idle.
 type passivateIdle struct{}
 
@@ -116,7 +120,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 		}
 		c.SetReceiveTimeout(s.rt.opts.PassivateAfter)
 		s.reconcile()
-		s.tryFlush()
+		s.flushSoon()
 	case *sessionpb.PushRequest:
 		if s.broken != nil {
 			c.Respond(&sessionpb.PushResponse{Error: toPBError(s.broken)})
@@ -151,6 +155,9 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.onHandlerDone(m)
 	case *flushTick:
 		s.tickPending = false
+		s.tryFlush()
+	case *flushNow:
+		s.flushQueued = false
 		s.tryFlush()
 	case *actor.ReceiveTimeout, *passivateIdle:
 		if s.broken != nil {
@@ -308,7 +315,7 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 		}
 	}
 	s.queue = append(s.queue, &pendingPush{events: events, reply: c.Sender()})
-	s.tryFlush()
+	s.flushSoon()
 }
 
 // queueWork adds events of A2's own handlers to the next batch. Their IDs
@@ -325,6 +332,21 @@ func (s *sessionActor) queueWork(evs ...protocol.Event) {
 		s.pendingIDs[ev.ID] = true
 		s.workQueue = append(s.workQueue, ev)
 	}
+}
+
+// flushSoon starts the next write once the actor has handled the messages
+// already in its mailbox: a self-addressed flushNow goes to the back of the
+// queue. Idle, that is at once; under load, every chunk, command and
+// result that queued behind the first one joins the same write, so that
+// batches grow with the load instead of the first message starting a write
+// of its own (1,000 steady streams on two cores: 1.65 chunks per progress
+// event, was 1.5; docs/benchmarks.md).
+func (s *sessionActor) flushSoon() {
+	if s.flushQueued || s.writing || s.stopping {
+		return // the queued flushNow, or the write's end, flushes
+	}
+	s.flushQueued = true
+	s.ctx.Send(s.self, &flushNow{})
 }
 
 // tryFlush starts the next write when none is in flight. With maxDelayMs,
@@ -493,7 +515,7 @@ func (s *sessionActor) onWriteDone(m *writeDone) {
 	s.waiters = nil
 	s.maybeSnapshot(m.stored)
 	s.reconcile()
-	s.tryFlush()
+	s.flushSoon()
 }
 
 // replyPushes answers each push with its own persisted events.

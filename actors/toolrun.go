@@ -220,7 +220,7 @@ func (s *sessionActor) onToolPreliminary(m *toolPreliminary) {
 	s.queueWork(protocol.Event{ID: protocol.DeriveID("preliminary", s.id, m.call, strconv.Itoa(m.version), strconv.Itoa(m.attempt), strconv.Itoa(r.seq)),
 		Type: protocol.TypeToolOutputPreliminary, Cause: r.event.ID,
 		Payload: mustJSON(protocol.ToolOutputPreliminary{ToolCallID: m.call, GenerationID: r.gen, Version: m.version, Attempt: m.attempt, Seq: r.seq, Output: m.output})})
-	s.tryFlush()
+	s.flushSoon()
 }
 
 // onToolEnd records a tool attempt's outcome. A "report" tool cut short
@@ -244,7 +244,7 @@ func (s *sessionActor) onToolEnd(m *toolEnd) {
 	default:
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, m.output, "", false))
 	}
-	s.tryFlush()
+	s.flushSoon()
 }
 
 // stateThrough folds session's log with c up to and including the event
