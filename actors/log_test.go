@@ -131,20 +131,7 @@ func TestAgentsWithTheirOwnStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = shared.Close(); _ = own.Close() }()
-	agent := func(name, answer string, store persistence.Store) *Agent {
-		sc, err := script.Parse([]byte(`{"default":{"text":"` + answer + `"}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := script.New(sc)
-		a, err := NewAgent(AgentOptions{Name: name, Model: harness.ModelID("script"), Store: store,
-			Models: func(string) (harness.Model, error) { return m, nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	rt, err := New(shared, []*Agent{agent("support", "from support", nil), agent("sales", "from sales", own)}, Options{})
+	rt, err := New(shared, []*Agent{answering(t, "support", "from support", nil), answering(t, "sales", "from sales", own)}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,23 +143,7 @@ func TestAgentsWithTheirOwnStores(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]string{"support": "from support", "sales": "from sales"} {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			st, _, err := rt.State(ctx, name, "s1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if idle(st.AI) && len(st.AI.Messages) == 2 {
-				if got := lastText(st.AI); got != want {
-					t.Fatalf("%s answered %q", name, got)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no answer", name)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitAnswers(t, rt, name, "s1", 2, want)
 	}
 	for store, wantInput := range map[persistence.Store]string{shared: "m-support", own: "m-sales"} {
 		log, err := store.Read(ctx, "s1", 0, 1000)
@@ -204,5 +175,45 @@ func TestAgentsWithTheirOwnStores(t *testing.T) {
 	_, errc := rt.Subscribe(sctx, "nobody", "s1", 0)
 	if err := <-errc; err == nil {
 		t.Fatal("a subscription for an unknown agent did not fail")
+	}
+}
+
+// answering is an agent whose script model answers every turn with answer,
+// in store (nil: the runtime's).
+func answering(t *testing.T, name, answer string, store persistence.Store) *Agent {
+	t.Helper()
+	sc, err := script.Parse([]byte(`{"default":{"text":"` + answer + `"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := script.New(sc)
+	a, err := NewAgent(AgentOptions{Name: name, Model: harness.ModelID("script"), Store: store,
+		Models: func(string) (harness.Model, error) { return m, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// waitAnswers waits (bounded) until agent's session is idle with messages
+// messages, the last answering want.
+func waitAnswers(t *testing.T, rt *Runtime, agent, session string, messages int, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _, err := rt.State(context.Background(), agent, session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if idle(st.AI) && len(st.AI.Messages) == messages {
+			if got := lastText(st.AI); got != want {
+				t.Fatalf("%s/%s answered %q, want %q", agent, session, got, want)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s: no answer (%d messages)", agent, session, len(st.AI.Messages))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

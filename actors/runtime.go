@@ -124,6 +124,32 @@ func (r *Runtime) StoreOf(agentName string) (persistence.Store, error) {
 	return r.storeOf(a), nil
 }
 
+// CheckOwner fails with ErrSessionOwned when another agent of the agent's
+// store owns the session (owner.go), and with ErrUnknownAgent for an
+// unknown agent. A session no agent has written yet passes.
+func (r *Runtime) CheckOwner(ctx context.Context, agentName, session string) error {
+	store, err := r.StoreOf(agentName)
+	if err != nil {
+		return err
+	}
+	_, err = checkOwner(ctx, store, agentName, session)
+	return err
+}
+
+// History returns up to limit durable events of the agent's session with
+// an index greater than after, in index order, read from the agent's
+// store; ErrSessionOwned if another agent owns the session.
+func (r *Runtime) History(ctx context.Context, agentName, session string, after uint64, limit int) ([]protocol.Event, error) {
+	store, err := r.StoreOf(agentName)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkOwner(ctx, store, agentName, session); err != nil {
+		return nil, err
+	}
+	return store.Read(ctx, session, after, limit)
+}
+
 func (r *Runtime) storeOf(a *Agent) persistence.Store {
 	if a.opts.Store != nil {
 		return a.opts.Store
@@ -361,6 +387,9 @@ func (r *Runtime) Subscribe(ctx context.Context, agentName, session string, afte
 	store, err := r.StoreOf(agentName)
 	var tail persistence.Tail
 	if err == nil {
+		_, err = checkOwner(ctx, store, agentName, session)
+	}
+	if err == nil {
 		tail, err = persistence.Follow(store, session, after)
 	}
 	if err != nil {
@@ -555,6 +584,7 @@ const (
 	CodeInvalid          = "INVALID"
 	CodePartialDuplicate = "PARTIAL_DUPLICATE_BATCH"
 	CodeUnavailable      = "UNAVAILABLE"
+	CodeSessionOwned     = "SESSION_OWNED"
 	CodeInternal         = "INTERNAL"
 )
 
@@ -567,6 +597,8 @@ func toPBError(err error) *sessionpb.Error {
 		return &sessionpb.Error{Code: CodePartialDuplicate, Message: err.Error()}
 	case errors.Is(err, ErrUnavailable):
 		return &sessionpb.Error{Code: CodeUnavailable, Message: err.Error()}
+	case errors.Is(err, ErrSessionOwned):
+		return &sessionpb.Error{Code: CodeSessionOwned, Message: err.Error()}
 	}
 	return &sessionpb.Error{Code: CodeInternal, Message: err.Error()}
 }
@@ -579,6 +611,8 @@ func fromPBError(e *sessionpb.Error) error {
 		return fmt.Errorf("%w: %s", persistence.ErrPartialDuplicateBatch, e.Message)
 	case CodeUnavailable:
 		return fmt.Errorf("%w: %s", ErrUnavailable, strings.TrimPrefix(e.Message, ErrUnavailable.Error()+": "))
+	case CodeSessionOwned:
+		return fmt.Errorf("%w: %s", ErrSessionOwned, strings.TrimPrefix(e.Message, ErrSessionOwned.Error()+": "))
 	}
 	return errors.New(e.Message)
 }

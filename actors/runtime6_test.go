@@ -378,14 +378,15 @@ func (f *failingStore) Append(ctx context.Context, session string, expected uint
 // the durable work goes on (the model step runs again) until the turn
 // completes; nothing the failed write held is visible.
 func TestStoreFailureRetriesDurably(t *testing.T) {
-	for failAt := int64(1); failAt <= 4; failAt++ {
+	for failAt := int64(1); failAt <= 5; failAt++ {
 		f := newFixture(t, `{"default":{"text":"answer after a store failure"}}`, nil)
 		fs := &failingStore{countingStore: f.store, failAt: f.store.appends.Load() + failAt}
 		f.rt.store = fs
 		_, err := f.rt.Push(context.Background(), "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m1", "hi")}, false)
-		if failAt == 1 {
-			// The push's own write failed: the caller gets an error and may
-			// retry with the same event (R-LOG-09 makes it safe).
+		if failAt <= 2 {
+			// The push's own write failed (1: the session's claim, owner.go;
+			// 2: its batch): the caller gets an error and may retry with the
+			// same event (R-LOG-09 makes it safe).
 			if err == nil {
 				t.Fatal("a failed write was acknowledged")
 			}

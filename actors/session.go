@@ -55,6 +55,10 @@ type sessionActor struct {
 	sinceSnapshot      int
 	sinceSnapshotBytes int
 
+	// owned: this agent owns the session's log (owner.go); until it does,
+	// the first write claims it.
+	owned bool
+
 	// broken is the activation error: requests are answered with it until
 	// the actor stops (after a second), and the next request activates it
 	// again.
@@ -113,8 +117,12 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.self = c.Self()
 		s.lanes = map[string]*lane{}
 		if err := s.activate(); err != nil {
-			s.rt.opts.Logger.Error("session activation failed", "session", s.id, "err", err)
-			s.broken = fmt.Errorf("%w: session %q cannot be read: %v", ErrUnavailable, s.id, err)
+			if errors.Is(err, ErrSessionOwned) {
+				s.broken = err
+			} else {
+				s.rt.opts.Logger.Error("session activation failed", "session", s.id, "err", err)
+				s.broken = fmt.Errorf("%w: session %q cannot be read: %v", ErrUnavailable, s.id, err)
+			}
 			c.SetReceiveTimeout(time.Second)
 			return
 		}
@@ -205,13 +213,24 @@ func (s *sessionActor) stop() {
 // the log tail; a missing or unreadable snapshot is rebuilt from the log
 // (R-CONTRACT-10, R-CONTRACT-11).
 func (s *sessionActor) activate() error {
+	claimed, err := checkOwner(context.Background(), s.store, s.agent.Name(), s.id)
+	if err != nil {
+		return err
+	}
 	st, index, err := replay(context.Background(), s.store, s.agent.contract, s.id, 0, func(msg string, err error) {
 		s.rt.opts.Logger.Warn(msg, "session", s.id, "err", err)
 	})
 	if err != nil {
 		return err
 	}
-	s.state, s.index = st, index
+	if !claimed && index > 0 {
+		// A log written before claims existed: its first agent claims it.
+		if err := claimSession(context.Background(), s.store, s.agent.Name(), s.id); err != nil {
+			return err
+		}
+		claimed = true
+	}
+	s.state, s.index, s.owned = st, index, claimed
 	return nil
 }
 
@@ -396,8 +415,17 @@ func (s *sessionActor) tryFlush() {
 	s.inflight = pushes
 	store, session, expected, self, sys := s.store, s.id, s.index, s.self, s.rt.system
 	logger := s.rt.opts.Logger
+	claim, agent := !s.owned, s.agent.Name()
+	s.owned = true // or the write fails, which stops the actor
 	go func() {
-		stored, err := store.Append(context.Background(), session, expected, batch)
+		var stored []protocol.Event
+		var err error
+		if claim {
+			err = claimSession(context.Background(), store, agent, session)
+		}
+		if err == nil {
+			stored, err = store.Append(context.Background(), session, expected, batch)
+		}
 		if err != nil && logger.Enabled(context.Background(), slog.LevelDebug) {
 			ids := make([]string, len(batch))
 			for i, ev := range batch {
@@ -538,15 +566,22 @@ func (s *sessionActor) replyPushes(pushes []*pendingPush, stored []protocol.Even
 // fail answers the pushes of a failed batch and stops the actor: its state
 // ran ahead of the store and must be rebuilt from it.
 func (s *sessionActor) fail(pushes []*pendingPush, err error) {
-	s.rt.opts.Logger.Error("session write failed; restarting from the store", "session", s.id, "err", err)
+	owned := errors.Is(err, ErrSessionOwned)
 	code := err
-	if !errors.Is(err, persistence.ErrPartialDuplicateBatch) {
-		code = fmt.Errorf("%w: %v", ErrUnavailable, err)
+	if owned {
+		// Not a failure of the store: another agent claimed the session
+		// first. The next activation refuses every request.
+		s.rt.opts.Logger.Warn("session belongs to another agent; nothing written", "session", s.id, "agent", s.agent.Name(), "err", err)
+	} else {
+		s.rt.opts.Logger.Error("session write failed; restarting from the store", "session", s.id, "err", err)
+		if !errors.Is(err, persistence.ErrPartialDuplicateBatch) {
+			code = fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
 	}
 	for _, p := range pushes {
 		s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: toPBError(code)})
 	}
-	s.failed = true
+	s.failed = !owned
 	s.stop()
 }
 

@@ -23,6 +23,7 @@ const (
 	CodeTooLarge         = "TOO_LARGE"
 	CodeUnsupportedMedia = "UNSUPPORTED_MEDIA_TYPE"
 	CodeUnavailable      = "UNAVAILABLE"
+	CodeSessionOwned     = "SESSION_OWNED"
 	CodeInternal         = "INTERNAL"
 )
 
@@ -71,6 +72,8 @@ func classify(err error) *Error {
 	case errors.Is(err, actors.ErrPartialDuplicateBatch):
 		return errorf(http.StatusConflict, CodePartialDuplicate, "events",
 			"an event ID is already stored with other content, type or session, or the batch mixes stored and new events; nothing was appended (a new event needs a fresh ID)")
+	case errors.Is(err, actors.ErrSessionOwned):
+		return errorf(http.StatusConflict, CodeSessionOwned, "session", "%v; a session ID names one session of the store, which the first agent to write it owns", err)
 	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrClosed):
 		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "", "%v; retry the same request", err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -415,3 +415,35 @@ func TestServerSideErrors(t *testing.T) {
 		})
 	}
 }
+
+// Two agents on one node's store: a session ID belongs to the agent that
+// wrote it first (docs/storage.md §1.1). The other agent's push, state,
+// history and stream of that ID answer 409 SESSION_OWNED naming the owner,
+// and nothing is appended.
+func TestSessionOwnedByAnotherAgent(t *testing.T) {
+	f := wrapNode(t, gatewaytest.Start(t, gatewaytest.Options{Script: `{"default":{"text":"ok"}}`, MoreAgents: []string{"helper"}}))
+	f.push("s1", protocol.Inputs.Text("m1", "Hi"))
+	f.waitState("s1", "idle", idle)
+	before := f.lastIndex("s1")
+	const other = "/v1/agents/helper/sessions/s1/"
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodPost, other + "events", pushBody(protocol.Inputs.Text("m2", "Hi"))},
+		{http.MethodGet, other + "state", ""},
+		{http.MethodGet, other + "events", ""},
+		{http.MethodGet, other + "stream", ""},
+	} {
+		status, b := f.do(c.method, c.path, c.body, nil)
+		e := errorBody(t, b)
+		if status != http.StatusConflict || e.Code != gateway.CodeSessionOwned || e.Field != "session" || !strings.Contains(e.Message, `"assistant"`) {
+			t.Fatalf("%s %s: %d %s, want 409 %s naming the owner", c.method, c.path, status, b, gateway.CodeSessionOwned)
+		}
+	}
+	if f.lastIndex("s1") != before {
+		t.Fatal("the refused push appended")
+	}
+	// The helper's own sessions work.
+	status, b := f.do(http.MethodPost, "/v1/agents/helper/sessions/s2/events", pushBody(protocol.Inputs.Text("m3", "Hi")), nil)
+	if status != http.StatusOK {
+		t.Fatalf("helper's own session: %d %s", status, b)
+	}
+}

@@ -15,9 +15,9 @@ import (
 // later. Every method is safe for concurrent use.
 //
 // Errors the gateway maps to HTTP statuses: actors.ErrUnknownAgent (404),
-// *protocol.ValidationError (400), actors.ErrPartialDuplicateBatch (409),
-// actors.ErrUnavailable and actors.ErrClosed (503). Anything else is an
-// internal error (500).
+// *protocol.ValidationError (400), actors.ErrPartialDuplicateBatch and
+// actors.ErrSessionOwned (409), actors.ErrUnavailable and actors.ErrClosed
+// (503). Anything else is an internal error (500).
 type Router interface {
 	// Push validates events pushed by a client (trusted false) or appended by
 	// server code (trusted true) and returns the persisted events once
@@ -68,6 +68,10 @@ func (r RuntimeRouter) Subscribe(ctx context.Context, agent, session string, aft
 	if err := r.check(agent, session); err != nil {
 		return nil, nil, err
 	}
+	// Before the stream's headers, so that the client gets a status.
+	if err := r.Runtime.CheckOwner(ctx, agent, session); err != nil {
+		return nil, nil, err
+	}
 	evs, errc := r.Runtime.Subscribe(ctx, agent, session, after)
 	return evs, errc, nil
 }
@@ -77,12 +81,9 @@ func (r RuntimeRouter) History(ctx context.Context, agent, session string, after
 	if err := r.check(agent, session); err != nil {
 		return nil, err
 	}
-	store, err := r.Runtime.StoreOf(agent)
-	if err != nil {
-		return nil, err
-	}
-	evs, err := store.Read(ctx, session, after, limit)
-	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	evs, err := r.Runtime.History(ctx, agent, session, after, limit)
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, actors.ErrUnknownAgent) && !errors.Is(err, actors.ErrSessionOwned) {
 		return nil, fmt.Errorf("%w: %v", actors.ErrUnavailable, err)
 	}
 	return evs, err

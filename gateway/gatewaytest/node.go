@@ -34,6 +34,9 @@ type Options struct {
 	Wrap func(gateway.Router) gateway.Router
 	// Agent adjusts the agent's options (tools, ...).
 	Agent func(*actors.AgentOptions)
+	// MoreAgents names further agents, with the same options (but no
+	// contract) and model, on the same store.
+	MoreAgents []string
 }
 
 // Node is a running node. Start registers its shutdown with t.Cleanup.
@@ -67,11 +70,18 @@ func Start(t testing.TB, o Options) *Node {
 	if o.Agent != nil {
 		o.Agent(&opts)
 	}
-	agent, err := actors.NewAgent(opts)
-	if err != nil {
-		t.Fatal(err)
+	var agents []*actors.Agent
+	for i, name := range append([]string{""}, o.MoreAgents...) {
+		if i > 0 { // the same options under another name
+			opts.Name, opts.Contract = name, nil
+		}
+		agent, err := actors.NewAgent(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents = append(agents, agent)
 	}
-	n.Runtime, err = actors.New(n.Store, []*actors.Agent{agent}, actors.Options{})
+	n.Runtime, err = actors.New(n.Store, agents, actors.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
