@@ -17,6 +17,7 @@ import (
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
@@ -77,7 +78,7 @@ var secondAnswer = "the second answer also streams in pieces"
 func crashOnce(seed uint64) error {
 	r := rand.New(rand.NewPCG(seed, 7))
 	fs := vfs.NewCrashableMem()
-	st, err := pebblestore.Open("data", pebblestore.Options{FS: fs, Logger: quietPebble{}})
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: testutil.CrashSafe(fs), Logger: quietPebble{}})
 	if err != nil {
 		return err
 	}

@@ -237,7 +237,7 @@ func toolCrashOnce(seed uint64, runs *sync.Map, reported *int) error {
 		return a
 	}
 	fs := vfs.NewCrashableMem()
-	st, err := pebblestore.Open("data", pebblestore.Options{FS: fs, Logger: quietPebble{}})
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: testutil.CrashSafe(fs), Logger: quietPebble{}})
 	if err != nil {
 		return err
 	}

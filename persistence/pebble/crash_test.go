@@ -15,6 +15,7 @@ import (
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -155,7 +156,7 @@ func runCrashSeed(t *testing.T, seed uint64) (stats crashStats) {
 			snapshots: map[string]uint64{},
 			ackSignal: make(chan struct{}),
 		}
-		s := openCrashStore(t, fs)
+		s := openCrashStore(t, testutil.CrashSafe(fs))
 		if err := checkRecovered(s, model, nil, nil); err != nil {
 			t.Fatalf("seed %d epoch %d: store at the start of the epoch: %v", seed, epoch, err)
 		}
@@ -164,7 +165,7 @@ func runCrashSeed(t *testing.T, seed uint64) (stats crashStats) {
 			t.Fatalf("seed %d epoch %d: Close: %v", seed, epoch, err)
 		}
 		for c, cp := range clones {
-			recovered := openCrashStore(t, cp.fs)
+			recovered := openCrashStore(t, testutil.CrashSafe(cp.fs))
 			err := checkRecovered(recovered, model, &cp, &stats)
 			if err == nil && c == len(clones)-1 {
 				durable, err = readAll(recovered)

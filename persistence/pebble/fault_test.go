@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -178,7 +179,7 @@ func runFaultSeed(t *testing.T, seed uint64) (o faultOutcome) {
 		return nil
 	})
 	base := vfs.NewCrashableMem()
-	s, err := Open("db", Options{FS: errorfs.Wrap(base, inj), Logger: quietLogger{}})
+	s, err := Open("db", Options{FS: errorfs.Wrap(testutil.CrashSafe(base), inj), Logger: quietLogger{}})
 	if err != nil {
 		t.Fatal(err)
 	}
