@@ -217,3 +217,42 @@ func waitAnswers(t *testing.T, rt *Runtime, agent, session string, messages int,
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// R-DELIVERY-05: a turn cut short by a restart resumes when a client
+// follows the session again: a subscription activates the session's actor,
+// which supersedes the lapsed attempt and runs the step again, with no
+// other request (a client that reconnects its stream after the node
+// restarted sees its answer).
+func TestSubscriptionResumesAnInterruptedTurn(t *testing.T) {
+	f := newFixture(t, `{"default":{"text":"the answer after the restart","gate":"g1"}}`, nil)
+	f.push("s1", protocol.Inputs.Text("m1", "hi"))
+	f.waitFor("s1", "the step streaming", func(s *protocol.AIState) bool { return s.Active != nil && s.ActiveGeneration != nil })
+	f.close() // the node stops with the step held at its gate
+	f.open(nil)
+	f.model.Release("g1")
+	last, err := f.store.LastIndex(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.rt.ActiveSessions() != 0 {
+		t.Fatal("a session is active before anything asked for it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	live, errc := f.rt.Subscribe(ctx, "assistant", "s1", last)
+	for ev := range live {
+		if ev.Type == protocol.TypeGenerationCompleted {
+			st := f.waitFor("s1", "the resumed turn idle", idle)
+			if got := lastText(st); got != "the answer after the restart" {
+				t.Fatalf("resumed answer %q", got)
+			}
+			return
+		}
+	}
+	select {
+	case err = <-errc:
+	default: // the subscription's context ended
+		err = ctx.Err()
+	}
+	t.Fatalf("the interrupted turn did not resume for a subscriber (%v)", err)
+}

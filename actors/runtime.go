@@ -377,20 +377,31 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 // greater than after, in order, with no gap and no duplicate: history from
 // the store first, then the live tail. The channel closes when ctx ends or
 // the store fails (the error is then sent on errc), or at once with the
-// error on errc for an unknown agent.
+// error on errc for an unknown agent or a session another agent owns.
+// Subscribing activates the session, so that work a restart cut short
+// resumes for the subscriber without another request.
 func (r *Runtime) Subscribe(ctx context.Context, agentName, session string, after uint64) (<-chan protocol.Event, <-chan error) {
 	// A small buffer: the tail buffers durable batches itself (and reads
 	// the log when a subscriber falls behind); a large one per subscriber
 	// was a quarter of the heap with 1,000 streams.
 	out := make(chan protocol.Event, 16)
 	errc := make(chan error, 1)
-	store, err := r.StoreOf(agentName)
+	a, err := r.agent(agentName)
 	var tail persistence.Tail
 	if err == nil {
-		_, err = checkOwner(ctx, store, agentName, session)
+		_, err = checkOwner(ctx, r.storeOf(a), agentName, session)
 	}
 	if err == nil {
-		tail, err = persistence.Follow(store, session, after)
+		tail, err = persistence.Follow(r.storeOf(a), session, after)
+	}
+	if err == nil {
+		// Following a session wakes it: work a restart cut short (a step,
+		// a tool call, a handler) resumes for the client that follows it,
+		// without waiting for another request (R-DELIVERY-05).
+		_, err = r.pid(a, session)
+		if err != nil {
+			tail.Close()
+		}
 	}
 	if err != nil {
 		errc <- err
