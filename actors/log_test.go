@@ -227,7 +227,8 @@ func TestSubscriptionResumesAnInterruptedTurn(t *testing.T) {
 	f := newFixture(t, `{"default":{"text":"the answer after the restart","gate":"g1"}}`, nil)
 	f.push("s1", protocol.Inputs.Text("m1", "hi"))
 	f.waitFor("s1", "the step streaming", func(s *protocol.AIState) bool { return s.Active != nil && s.ActiveGeneration != nil })
-	f.close() // the node stops with the step held at its gate
+	f.close()                  // the node stops with the step held at its gate
+	f.opts.SkipRecovery = true // the stream alone must wake the session
 	f.open(nil)
 	f.model.Release("g1")
 	last, err := f.store.LastIndex(context.Background(), "s1")
@@ -255,4 +256,48 @@ func TestSubscriptionResumesAnInterruptedTurn(t *testing.T) {
 		err = ctx.Err()
 	}
 	t.Fatalf("the interrupted turn did not resume for a subscriber (%v)", err)
+}
+
+// R-DELIVERY-05: when a runtime starts, it resumes the work a stop cut
+// short without any request: the start-up scan activates every session,
+// the one whose step was held at a gate supersedes it and runs it again
+// to completion, and one with nothing to do passivates at once.
+func TestStartupRecoveryResumesCutShortWork(t *testing.T) {
+	f := newFixture(t, `{"replies":[{"match":"quick","text":"quick answer"}],"default":{"text":"finished after the restart","gate":"g1"}}`, nil)
+	f.push("idle", protocol.Inputs.Text("m0", "quick"))
+	f.waitFor("idle", "the quick turn done", idle)
+	f.push("s1", protocol.Inputs.Text("m1", "hold"))
+	f.waitFor("s1", "the step streaming", func(s *protocol.AIState) bool { return s.Active != nil && s.ActiveGeneration != nil })
+	last, err := f.store.LastIndex(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.close()
+	f.model.Release("g1")
+	f.open(nil) // nothing asks for either session from here on
+	f.recovered()
+	if f.rt.active(f.agent, "idle") {
+		t.Fatal("the idle session stayed active after the scan")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for after := last; ; {
+		if _, err := f.store.Wait(ctx, "s1", after); err != nil {
+			t.Fatalf("the cut-short turn did not resume after the restart: %v", err)
+		}
+		evs, err := f.store.Read(ctx, "s1", after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == protocol.TypeGenerationCompleted {
+				st := f.waitFor("s1", "the resumed turn idle", idle)
+				if got := lastText(st); got != "finished after the restart" {
+					t.Fatalf("resumed answer %q", got)
+				}
+				return
+			}
+			after = ev.Index
+		}
+	}
 }

@@ -32,6 +32,11 @@ type Options struct {
 	PassivateAfter time.Duration
 	// RequestTimeout bounds a request to a session (default 30 s).
 	RequestTimeout time.Duration
+	// SkipRecovery turns off the start-up scan that activates, in the
+	// background, every session with work a stop cut short (recover.go;
+	// Runtime.Recovered). Without it such work resumes at the session's
+	// next request or stream.
+	SkipRecovery bool
 	// Logger receives the runtime's and protoactor's logs (default: discard).
 	Logger *slog.Logger
 	// Catalog serves model-metadata lookups (nil: no lookups; entries stay
@@ -87,6 +92,11 @@ type Runtime struct {
 	// dispatcher runs the mailboxes of the session actors and their
 	// children.
 	dispatcher *reuseDispatcher
+
+	// stopRecovery ends the start-up scan (recover.go); recovered closes
+	// when it has returned.
+	stopRecovery context.CancelFunc
+	recovered    chan struct{}
 }
 
 // New starts a runtime.
@@ -102,8 +112,20 @@ func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, erro
 	}
 	logger := opts.Logger
 	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	r.recovered = make(chan struct{})
+	if opts.SkipRecovery {
+		close(r.recovered)
+	} else {
+		var ctx context.Context
+		ctx, r.stopRecovery = context.WithCancel(context.Background())
+		go r.recoverSessions(ctx)
+	}
 	return r, nil
 }
+
+// Recovered returns a channel that closes when the start-up scan
+// (Options.SkipRecovery) has visited every session, or has stopped.
+func (r *Runtime) Recovered() <-chan struct{} { return r.recovered }
 
 // Agent returns a registered agent.
 func (r *Runtime) Agent(name string) (*Agent, bool) {
@@ -161,26 +183,33 @@ func key(agent, session string) string { return agent + "\x00" + session }
 
 // pid returns the session actor, activating it when needed.
 func (r *Runtime) pid(agent *Agent, session string) (*actor.PID, error) {
+	p, _, err := r.spawn(agent, session)
+	return p, err
+}
+
+// spawn returns the session's actor, activating it if it is not active;
+// spawned reports whether this call activated it.
+func (r *Runtime) spawn(agent *Agent, session string) (p *actor.PID, spawned bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	k := key(agent.Name(), session)
 	if p, ok := r.sessions[k]; ok {
-		return p, nil
+		return p, false, nil
 	}
 	s := &sessionActor{rt: r, agent: agent, id: session, store: r.storeOf(agent)}
 	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithDispatcher(r.dispatcher),
 		actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
 	r.wg.Add(1)
-	p := r.system.Root.Spawn(props)
+	p = r.system.Root.Spawn(props)
 	r.sessions[k] = p
 	if r.done == nil {
 		r.done = map[string]chan struct{}{}
 	}
 	r.done[p.Id] = make(chan struct{})
-	return p, nil
+	return p, true, nil
 }
 
 // doneOf returns the channel that closes when the actor p has stopped.
@@ -492,6 +521,12 @@ func (r *Runtime) Close() {
 		return
 	}
 	r.closed = true
+	r.mu.Unlock()
+	if r.stopRecovery != nil {
+		r.stopRecovery()
+	}
+	<-r.recovered // it activates nothing more: the runtime is closed
+	r.mu.Lock()
 	pids := make([]*actor.PID, 0, len(r.sessions))
 	for _, p := range r.sessions {
 		pids = append(pids, p)

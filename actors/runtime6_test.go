@@ -381,6 +381,7 @@ func TestStoreFailureRetriesDurably(t *testing.T) {
 	for failAt := int64(1); failAt <= 5; failAt++ {
 		f := newFixture(t, `{"default":{"text":"answer after a store failure"}}`, nil)
 		fs := &failingStore{countingStore: f.store, failAt: f.store.appends.Load() + failAt}
+		f.recovered() // the start-up scan reads the store field
 		f.rt.store = fs
 		_, err := f.rt.Push(context.Background(), "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m1", "hi")}, false)
 		if failAt <= 2 {

@@ -61,6 +61,8 @@ type fixture struct {
 	rt    *Runtime
 	model *script.Model
 	agent *Agent
+	// opts are the runtime's options at the next open.
+	opts Options
 }
 
 func newFixture(t *testing.T, s string, mod func(*AgentOptions)) *fixture {
@@ -90,11 +92,21 @@ func (f *fixture) open(mod func(*AgentOptions)) {
 		f.t.Fatal(err)
 	}
 	f.agent = a
-	f.rt, err = New(f.store, []*Agent{a}, Options{})
+	f.rt, err = New(f.store, []*Agent{a}, f.opts)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(f.close)
+}
+
+// recovered waits (bounded: 10 s) for the runtime's start-up scan to end.
+func (f *fixture) recovered() {
+	f.t.Helper()
+	select {
+	case <-f.rt.Recovered():
+	case <-time.After(10 * time.Second):
+		f.t.Fatal("the start-up scan did not end")
+	}
 }
 
 func (f *fixture) close() {

@@ -110,6 +110,12 @@ type flushNow struct{}
 // passivateIdle asks a session to passivate now if it is idle.
 type passivateIdle struct{}
 
+// recoverProbe asks a session the start-up scan activated whether it has
+// work to do (recover.go); it answers a recoverReply and passivates if not.
+type recoverProbe struct{}
+
+type recoverReply struct{ busy bool }
+
 func (s *sessionActor) Receive(c actor.Context) {
 	s.ctx = c
 	switch m := c.Message().(type) {
@@ -172,8 +178,14 @@ func (s *sessionActor) Receive(c actor.Context) {
 			s.stop()
 			return
 		}
-		if !s.writing && len(s.queue) == 0 && len(s.workQueue) == 0 && len(s.lanes) == 0 && len(s.toolRuns) == 0 && s.lookups == 0 && !s.handlersRunning() {
+		if s.idle() {
 			s.stop() // passivate: the next request activates it from the store
+		}
+	case *recoverProbe:
+		busy := s.broken == nil && !s.idle()
+		c.Respond(&recoverReply{busy: busy})
+		if !busy {
+			s.stop()
 		}
 	case *actor.Stopping:
 		s.stopping = true
@@ -200,6 +212,12 @@ func (s *sessionActor) Receive(c actor.Context) {
 		}
 		s.rt.wg.Done()
 	}
+}
+
+// idle reports whether the session has nothing to do: no write, no queued
+// event, no running child or handler.
+func (s *sessionActor) idle() bool {
+	return !s.writing && len(s.queue) == 0 && len(s.workQueue) == 0 && len(s.lanes) == 0 && len(s.toolRuns) == 0 && s.lookups == 0 && !s.handlersRunning()
 }
 
 func (s *sessionActor) stop() {

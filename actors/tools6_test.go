@@ -262,6 +262,7 @@ func TestReportToolRetriesAFailureBeforeExecute(t *testing.T) {
 	f := newFixture(t, `{"replies":[{"match":"pay","toolCalls":[{"name":"charge","input":{}}],"then":{"text":"paid"}}]}`,
 		func(a *AgentOptions) { a.Tools = []tools.Tool{charge} })
 	fs := &failFirstClaim{countingStore: f.store}
+	f.recovered() // the start-up scan reads the store field
 	f.rt.store = fs
 	f.push("s1", protocol.Inputs.Text("m1", "pay the bill"))
 	st := f.waitFor("s1", "the paid turn", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "paid" })
