@@ -76,6 +76,12 @@ func (r *Runtime) recoverSessions(ctx context.Context) {
 				}
 				if rep, ok := res.(*recoverReply); ok && rep.busy {
 					woken++
+					continue
+				}
+				// Passivating: one session at a time in memory.
+				select {
+				case <-r.doneOf(p):
+				case <-ctx.Done():
 				}
 			}
 		}
