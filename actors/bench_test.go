@@ -354,3 +354,60 @@ func BenchmarkSimpleTurn(b *testing.B) {
 	b.ReportMetric(float64(first)/float64(b.N), "writes/first-turn")
 	b.ReportMetric(float64(next)/float64(b.N), "writes/turn")
 }
+
+// BenchmarkStartupRecovery reports what the start-up scan costs per
+// session (recover.go): a store of 2,000 sessions, each with one finished
+// turn, and the time from New until Recovered closes, every session
+// visited, none with work left.
+func BenchmarkStartupRecovery(b *testing.B) {
+	const sessions = 2000
+	dir := b.TempDir()
+	st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{Logger: quietPebble{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	sc, _ := script.Parse([]byte(`{"default":{"text":"a short answer of a few words"}}`))
+	model := script.New(sc)
+	a, _ := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: func(string) (harness.Model, error) { return model, nil }})
+	rt, _ := New(st, []*Agent{a}, Options{SkipRecovery: true})
+	ctx := context.Background()
+	for i := 0; i < sessions; i++ {
+		session := "s" + strconv.Itoa(i)
+		if _, err := rt.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text("m-"+session, "hi")}, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < sessions; i++ {
+		for {
+			s, _, err := rt.State(ctx, "assistant", "s"+strconv.Itoa(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if s.AI.Active == nil && len(s.AI.Messages) == 2 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	rt.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		rt, err := New(st, []*Agent{a}, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-rt.Recovered():
+		case <-time.After(2 * time.Minute):
+			b.Fatal("the scan did not end")
+		}
+		elapsed := time.Since(start)
+		if n := rt.ActiveSessions(); n != 0 {
+			b.Fatalf("%d sessions left active after the scan", n)
+		}
+		rt.Close()
+		b.ReportMetric(float64(elapsed.Microseconds())/1000/sessions, "ms/session")
+	}
+}
