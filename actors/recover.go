@@ -56,6 +56,9 @@ func (r *Runtime) recoverSessions(ctx context.Context) {
 			}
 			after = ids[len(ids)-1]
 			for _, id := range ids {
+				if ctx.Err() != nil {
+					break // Close: no more lookups, nothing logged
+				}
 				if protocol.IsA2ID(id) {
 					continue // an ownership claim's log
 				}
