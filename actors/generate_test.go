@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -358,6 +359,26 @@ func TestGenerateOptionErrors(t *testing.T) {
 			t.Errorf("%s: %v, want it to build", tc.name, err)
 		case tc.option != "" && (!errors.As(err, &ce) || ce.Option != tc.option):
 			t.Errorf("%s: %v, want a %s error", tc.name, err, tc.option)
+		}
+	}
+}
+
+// R-GEN-08: the default harness's options (generation, messageMetadata,
+// generate, compaction) exist only in AgentOptions.Harness, whose zero
+// value is the default AI SDK harness. The agent's own options have no
+// field of those names, so passing one to the agent directly does not
+// compile: Go's form of the construction error naming where it belongs.
+func TestHarnessOptionsExistOnlyInTheHarness(t *testing.T) {
+	agent, h := reflect.TypeOf(AgentOptions{}), reflect.TypeOf(HarnessOptions{})
+	if f, ok := agent.FieldByName("Harness"); !ok || f.Type != h || f.Anonymous {
+		t.Fatalf("AgentOptions.Harness is %+v, want a named HarnessOptions field", f)
+	}
+	for _, name := range []string{"Generation", "GenerationFunc", "MessageMetadata", "Generate", "Compaction", "CustomCompaction", "CompactionFunc"} {
+		if _, ok := agent.FieldByName(name); ok {
+			t.Errorf("AgentOptions has %s: harness options belong in AgentOptions.Harness only", name)
+		}
+		if _, ok := h.FieldByName(name); !ok {
+			t.Errorf("HarnessOptions has no %s", name)
 		}
 	}
 }
