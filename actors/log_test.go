@@ -301,3 +301,26 @@ func TestStartupRecoveryResumesCutShortWork(t *testing.T) {
 		}
 	}
 }
+
+// Following a session nobody has written loads no actor (there is nothing
+// to resume, and a stream of any ID must not cost a session's memory),
+// and still delivers the session's first events once it is written.
+func TestSubscribingToAnUnwrittenSessionLoadsNoActor(t *testing.T) {
+	f := newFixture(t, `{"default":{"text":"first answer"}}`, nil)
+	f.recovered()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	live, _ := f.rt.Subscribe(ctx, "assistant", "fresh", 0)
+	if n := f.rt.ActiveSessions(); n != 0 {
+		t.Fatalf("%d sessions active after following an unwritten one", n)
+	}
+	f.push("fresh", protocol.Inputs.Text("m1", "hi"))
+	select {
+	case ev, ok := <-live:
+		if !ok || ev.ID != "m1" {
+			t.Fatalf("the subscription began with %+v (open %v), want m1", ev, ok)
+		}
+	case <-ctx.Done():
+		t.Fatal("the subscription delivered nothing")
+	}
+}

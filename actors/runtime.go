@@ -407,8 +407,9 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 // the store first, then the live tail. The channel closes when ctx ends or
 // the store fails (the error is then sent on errc), or at once with the
 // error on errc for an unknown agent or a session another agent owns.
-// Subscribing activates the session, so that work a restart cut short
-// resumes for the subscriber without another request.
+// Subscribing activates a session that has a log, so that work a restart
+// cut short resumes for the subscriber without another request; following
+// a session nobody has written loads no actor.
 func (r *Runtime) Subscribe(ctx context.Context, agentName, session string, after uint64) (<-chan protocol.Event, <-chan error) {
 	// A small buffer: the tail buffers durable batches itself (and reads
 	// the log when a subscriber falls behind); a large one per subscriber
@@ -417,26 +418,42 @@ func (r *Runtime) Subscribe(ctx context.Context, agentName, session string, afte
 	errc := make(chan error, 1)
 	a, err := r.agent(agentName)
 	var tail persistence.Tail
+	owned := false
 	if err == nil {
-		_, err = checkOwner(ctx, r.storeOf(a), agentName, session)
+		owned, err = checkOwner(ctx, r.storeOf(a), agentName, session)
 	}
 	if err == nil {
 		tail, err = persistence.Follow(r.storeOf(a), session, after)
+	}
+	if err == nil && !owned {
+		// Unclaimed: a session nobody has written (nothing to resume, and
+		// following one must not load an actor), or a log from before
+		// claims.
+		var last uint64
+		if last, err = r.storeOf(a).LastIndex(ctx, session); err == nil && last == 0 {
+			return relay(ctx, tail, out, errc)
+		}
 	}
 	if err == nil {
 		// Following a session wakes it: work a restart cut short (a step,
 		// a tool call, a handler) resumes for the client that follows it,
 		// without waiting for another request (R-DELIVERY-05).
 		_, err = r.pid(a, session)
-		if err != nil {
-			tail.Close()
-		}
+	}
+	if err != nil && tail != nil {
+		tail.Close()
 	}
 	if err != nil {
 		errc <- err
 		close(out)
 		return out, errc
 	}
+	return relay(ctx, tail, out, errc)
+}
+
+// relay moves tail's events to out until ctx ends or the tail fails (its
+// error then goes to errc), and closes out and the tail.
+func relay(ctx context.Context, tail persistence.Tail, out chan protocol.Event, errc chan error) (<-chan protocol.Event, <-chan error) {
 	go func() {
 		defer close(out)
 		defer tail.Close()
