@@ -146,18 +146,6 @@ func (r *Runtime) StoreOf(agentName string) (persistence.Store, error) {
 	return r.storeOf(a), nil
 }
 
-// CheckOwner fails with ErrSessionOwned when another agent of the agent's
-// store owns the session (owner.go), and with ErrUnknownAgent for an
-// unknown agent. A session no agent has written yet passes.
-func (r *Runtime) CheckOwner(ctx context.Context, agentName, session string) error {
-	store, err := r.StoreOf(agentName)
-	if err != nil {
-		return err
-	}
-	_, err = checkOwner(ctx, store, agentName, session)
-	return err
-}
-
 // History returns up to limit durable events of the agent's session with
 // an index greater than after, in index order, read from the agent's
 // store; ErrSessionOwned if another agent owns the session.

@@ -584,9 +584,9 @@ func (s *sessionActor) replyPushes(pushes []*pendingPush, stored []protocol.Even
 // fail answers the pushes of a failed batch and stops the actor: its state
 // ran ahead of the store and must be rebuilt from it.
 func (s *sessionActor) fail(pushes []*pendingPush, err error) {
-	owned := errors.Is(err, ErrSessionOwned)
+	notOwner := errors.Is(err, ErrSessionOwned)
 	code := err
-	if owned {
+	if notOwner {
 		// Not a failure of the store: another agent claimed the session
 		// first. The next activation refuses every request.
 		s.rt.opts.Logger.Warn("session belongs to another agent; nothing written", "session", s.id, "agent", s.agent.Name(), "err", err)
@@ -599,7 +599,7 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 	for _, p := range pushes {
 		s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: toPBError(code)})
 	}
-	s.failed = !owned
+	s.failed = !notOwner
 	s.stop()
 }
 

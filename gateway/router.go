@@ -68,11 +68,15 @@ func (r RuntimeRouter) Subscribe(ctx context.Context, agent, session string, aft
 	if err := r.check(agent, session); err != nil {
 		return nil, nil, err
 	}
-	// Before the stream's headers, so that the client gets a status.
-	if err := r.Runtime.CheckOwner(ctx, agent, session); err != nil {
-		return nil, nil, err
-	}
 	evs, errc := r.Runtime.Subscribe(ctx, agent, session, after)
+	// Subscribe reports a refusal (a session another agent owns) on errc
+	// before it returns: answer it before the stream's headers, so that the
+	// client gets a status.
+	select {
+	case err := <-errc:
+		return nil, nil, err
+	default:
+	}
 	return evs, errc, nil
 }
 
