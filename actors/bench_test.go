@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/internal/testutil"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -81,30 +81,6 @@ func (s *stampStream) Ready() bool {
 		return true
 	}
 	return s.m.every == 0 || (s.m.burst > 1 && (i-2)%s.m.burst != 0)
-}
-
-// medianFsync measures the median latency of a small write plus fsync in
-// dir, the baseline of durable latency on this machine.
-func medianFsync(b *testing.B, dir string) time.Duration {
-	f, err := os.Create(filepath.Join(dir, "fsync-probe"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	var ds []time.Duration
-	buf := make([]byte, 256)
-	for i := 0; i < 200; i++ {
-		t := time.Now()
-		if _, err := f.Write(buf); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, time.Since(t))
-	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	return ds[len(ds)/2]
 }
 
 // walFsync returns the median and 99th percentile of the store's WAL syncs
@@ -175,7 +151,7 @@ const (
 
 func benchProgress(b *testing.B, streams, burst int) {
 	dir := b.TempDir()
-	fsync := medianFsync(b, dir)
+	fsync := testutil.MedianFsync(b, dir)
 	st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{Logger: quietPebble{}})
 	if err != nil {
 		b.Fatal(err)

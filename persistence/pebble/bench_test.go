@@ -12,6 +12,7 @@ import (
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -69,6 +70,7 @@ const benchRounds = 4
 // appender performs one synced append for worker w.
 type appender interface {
 	append(w int) error
+	appendEvent(w int, e protocol.Event) error
 	fsyncs() uint64
 	close() error
 }
@@ -166,7 +168,11 @@ func newStoreAppender(b *testing.B, parallel int) *storeAppender {
 }
 
 func (a *storeAppender) append(w int) error {
-	got, err := a.s.Append(context.Background(), benchSession(w), a.last[w], []protocol.Event{benchEvent(w, int(a.last[w]))})
+	return a.appendEvent(w, benchEvent(w, int(a.last[w])))
+}
+
+func (a *storeAppender) appendEvent(w int, e protocol.Event) error {
+	got, err := a.s.Append(context.Background(), benchSession(w), a.last[w], []protocol.Event{e})
 	if err != nil {
 		return err
 	}
@@ -201,8 +207,11 @@ func newRawAppender(b *testing.B, parallel int) *rawAppender {
 }
 
 func (a *rawAppender) append(w int) error {
+	return a.appendEvent(w, benchEvent(w, int(a.last[w])))
+}
+
+func (a *rawAppender) appendEvent(w int, e protocol.Event) error {
 	session := benchSession(w)
-	e := benchEvent(w, int(a.last[w]))
 	a.last[w]++
 	e.Session, e.Index, e.Time = session, a.last[w], time.Now().UnixMilli()
 	batch := a.db.NewBatch()
@@ -234,4 +243,99 @@ func fsyncCount(m *pebbledb.Metrics) uint64 {
 		return 0
 	}
 	return pb.GetHistogram().GetSampleCount()
+}
+
+// BenchmarkPacedAppend measures the latency of synced appends under the
+// load of BenchmarkProgressBatching's burst10 shape (actors/bench_test.go)
+// without the runtime around the store: each of `streams` sessions appends
+// one progress event of ten text deltas (about 800 bytes encoded) every
+// 200 ms, the sessions' phases spread evenly over the period, for 3 s. It
+// is the floor the store and the disk set under the runtime's
+// chunk-to-subscriber latency at that load: a durable chunk waits at least
+// for one such append.
+//
+// Reported for the store and (prefixed raw-) for Pebble alone committing
+// the same keys and bytes from each session's goroutine: p50-ms and p99-ms
+// of one append, from call to return; fsync-p50-ms, the median of 200
+// 256-byte writes each followed by fsync on the same disk, measured first;
+// and p99/fsync.
+func BenchmarkPacedAppend(b *testing.B) {
+	for _, streams := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
+			fsync := testutil.MedianFsync(b, b.TempDir())
+			store := &benchRun{a: newStoreAppender(b, streams)}
+			raw := &benchRun{a: newRawAppender(b, streams)}
+			defer store.close(b)
+			defer raw.close(b)
+			for range b.N {
+				for _, r := range []*benchRun{store, raw} {
+					syncs := r.a.fsyncs()
+					r.paced(b, streams)
+					r.syncs += r.a.fsyncs() - syncs
+				}
+			}
+			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+			for _, r := range []struct {
+				prefix string
+				run    *benchRun
+			}{{"", store}, {"raw-", raw}} {
+				slices.Sort(r.run.latencies)
+				p99 := r.run.latencies[len(r.run.latencies)*99/100]
+				b.ReportMetric(ms(r.run.latencies[len(r.run.latencies)/2]), r.prefix+"p50-ms")
+				b.ReportMetric(ms(p99), r.prefix+"p99-ms")
+				b.ReportMetric(float64(p99)/float64(fsync), r.prefix+"p99/fsync")
+				b.ReportMetric(float64(len(r.run.latencies))/float64(r.run.syncs), r.prefix+"events/sync")
+			}
+			b.ReportMetric(ms(fsync), "fsync-p50-ms")
+		})
+	}
+}
+
+const (
+	pacedEvery  = 200 * time.Millisecond
+	pacedRounds = 15 // 3 s
+)
+
+// pacedEvent is a progress event of ten text deltas, like one of burst10's.
+func pacedEvent(w, n int) protocol.Event {
+	p := fmt.Appendf(nil, `{"generationId":"g-%04d","chunks":[`, w)
+	for i := range 10 {
+		if i > 0 {
+			p = append(p, ',')
+		}
+		p = fmt.Appendf(p, `{"type":"text-delta","id":"t","delta":"t%019d "}`, time.Now().UnixNano()+int64(i))
+	}
+	return protocol.Event{ID: fmt.Sprintf("paced-w%04d-%08d", w, n), Type: "ai.generation.progress", Payload: append(p, "]}"...)}
+}
+
+// paced runs one paced load of streams sessions, pacedRounds appends each.
+func (r *benchRun) paced(b *testing.B, streams int) {
+	lat := make([][]time.Duration, streams)
+	errs := make([]error, streams)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			next := start.Add(time.Duration(w) * pacedEvery / time.Duration(streams))
+			for n := range pacedRounds {
+				time.Sleep(time.Until(next))
+				next = next.Add(pacedEvery)
+				t0 := time.Now()
+				if err := r.a.appendEvent(w, pacedEvent(w, n)); err != nil {
+					errs[w] = err
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	r.latencies = append(r.latencies, slices.Concat(lat...)...)
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
