@@ -26,6 +26,15 @@ import (
 // were produced, "t<unix nanos> ", so that a subscriber can measure
 // chunk-to-delivery latency: start-step, text-start, the deltas (in bursts
 // of burst deltas, one burst every `every`), text-end, finish-step, finish.
+//
+// The schedule is open-loop, as a provider's is: burst k of a stream is
+// due at the stream's start plus k x every, however late the runtime reads
+// it. A reader that falls behind finds the burst waiting (Ready), its
+// deltas carry the time they were due, and the delay counts in the
+// latency; it does not push the stream's later bursts back. (A closed-loop schedule, each
+// wait starting when the previous burst was read, let every stall of the
+// runtime shift all the streams it delayed alike, so that their bursts came
+// to arrive together: see docs/benchmarks.md, session 5.)
 type stampModel struct {
 	chunks int
 	every  time.Duration
@@ -33,13 +42,22 @@ type stampModel struct {
 }
 
 type stampStream struct {
-	ctx context.Context
-	m   *stampModel
-	i   int
+	ctx      context.Context
+	m        *stampModel
+	start    time.Time
+	i        int
+	burst    int       // the burst of the last delta
+	produced time.Time // when that burst was produced
 }
 
 func (m *stampModel) Stream(ctx context.Context, req harness.Request) (harness.Stream, error) {
-	return &stampStream{ctx: ctx, m: m}, nil
+	return &stampStream{ctx: ctx, m: m, start: time.Now()}, nil
+}
+
+// due is when the delta at chunk index i is produced.
+func (s *stampStream) due(i int) time.Time {
+	per := max(s.m.burst, 1)
+	return s.start.Add(time.Duration((i-2)/per+1) * s.m.every)
 }
 
 func (s *stampStream) Next() (protocol.UIMessageChunk, error) {
@@ -51,16 +69,26 @@ func (s *stampStream) Next() (protocol.UIMessageChunk, error) {
 	case i == 1:
 		return protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: "t"}, nil
 	case i < s.m.chunks+2:
-		if s.m.every > 0 && (s.m.burst <= 1 || (i-2)%s.m.burst == 0) {
-			t := time.NewTimer(s.m.every)
-			select {
-			case <-t.C:
-			case <-s.ctx.Done():
-				t.Stop()
-				return protocol.UIMessageChunk{}, context.Cause(s.ctx)
+		// A delta read late was produced when it was due; one waited for
+		// is produced when the wait ends (Go's timers on an idle process
+		// fire up to a millisecond late, which is the generator's slack,
+		// not the runtime's: a socket wakes its reader without it).
+		// The deltas of one burst are produced together.
+		if burst := (i - 2) / max(s.m.burst, 1); i == 2 || burst != s.burst {
+			s.burst, s.produced = burst, s.due(i)
+			if wait := time.Until(s.produced); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-s.ctx.Done():
+					t.Stop()
+					return protocol.UIMessageChunk{}, context.Cause(s.ctx)
+				}
+				s.produced = time.Now()
 			}
 		}
-		return protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t", Delta: "t" + strconv.FormatInt(time.Now().UnixNano(), 10) + " "}, nil
+		produced := s.produced
+		return protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t", Delta: "t" + strconv.FormatInt(produced.UnixNano(), 10) + " "}, nil
 	case i == s.m.chunks+2:
 		return protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: "t"}, nil
 	case i == s.m.chunks+3:
@@ -73,14 +101,14 @@ func (s *stampStream) Next() (protocol.UIMessageChunk, error) {
 
 func (s *stampStream) Close() error { return nil }
 
-// Ready implements harness.ReadyStream: the deltas of a burst, and the
-// chunks around them, come without a wait.
+// Ready implements harness.ReadyStream: the chunks around the deltas, and
+// a delta whose time has come, are at hand without a wait.
 func (s *stampStream) Ready() bool {
 	i := s.i
 	if i < 2 || i >= s.m.chunks+2 {
 		return true
 	}
-	return s.m.every == 0 || (s.m.burst > 1 && (i-2)%s.m.burst != 0)
+	return !time.Now().Before(s.due(i))
 }
 
 // walFsync returns the median and 99th percentile of the store's WAL syncs
