@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/internal/gctune"
 	"github.com/a2-runtime/a2/internal/testutil"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
@@ -181,6 +183,12 @@ const (
 )
 
 func benchProgress(b *testing.B, streams, burst int) {
+	// The collector's settings of a node (cmd/node), unless GOGC or
+	// GOMEMLIMIT are set; reported as gc-percent.
+	_, restoreGC := gctune.ForNode()
+	defer restoreGC()
+	percent := debug.SetGCPercent(100)
+	debug.SetGCPercent(percent)
 	dir := b.TempDir()
 	fsync := testutil.MedianFsync(b, dir)
 	st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{Logger: quietPebble{}})
@@ -291,6 +299,7 @@ func benchProgress(b *testing.B, streams, burst int) {
 	// What the garbage collector has to do, which sets much of the tail.
 	b.ReportMetric(float64(mem1.TotalAlloc-mem0.TotalAlloc)/float64(chunks), "B/chunk")
 	b.ReportMetric(float64(mem1.NumGC-mem0.NumGC)/elapsed.Seconds(), "GCs/s")
+	b.ReportMetric(float64(percent), "gc-percent")
 }
 
 // stamps returns the production times carried by the text deltas of a

@@ -31,6 +31,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/a2-runtime/a2/internal/gctune"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/a2-runtime/a2/actors"
@@ -61,6 +63,9 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
+	// A larger heap goal under a memory limit, unless GOGC / GOMEMLIMIT
+	// say otherwise (internal/gctune, docs/http.md "The node").
+	gctune.ForNode()
 	if err := runCommand(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "node:", err)
 		os.Exit(1)
