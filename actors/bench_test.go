@@ -190,7 +190,9 @@ func benchProgress(b *testing.B, streams, burst int) {
 	percent := debug.SetGCPercent(100)
 	debug.SetGCPercent(percent)
 	dir := b.TempDir()
-	fsync := testutil.MedianFsync(b, dir)
+	// The baseline: 256-byte fsyncs before and after the streams (300
+	// each), so that a slow or fast minute of the disk weighs on both.
+	fsyncs := testutil.FsyncLatencies(b, dir, 300)
 	st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{Logger: quietPebble{}})
 	if err != nil {
 		b.Fatal(err)
@@ -273,6 +275,7 @@ func benchProgress(b *testing.B, streams, burst int) {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	fsync := testutil.Median(append(fsyncs, testutil.FsyncLatencies(b, dir, 300)...))
 	runtime.ReadMemStats(&mem1)
 	walP50, walP99 := walFsync(b, st)
 	if len(all) != b.N*streams*benchDeltas {

@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -13,14 +12,24 @@ import (
 // are stated against in the benchmarks (docs/benchmarks.md).
 func MedianFsync(tb testing.TB, dir string) time.Duration {
 	tb.Helper()
-	f, err := os.Create(filepath.Join(dir, "fsync-probe"))
+	return Median(FsyncLatencies(tb, dir, 200))
+}
+
+// FsyncLatencies measures n writes of 256 bytes, each followed by fsync,
+// appended to a file in dir.
+func FsyncLatencies(tb testing.TB, dir string, n int) []time.Duration {
+	tb.Helper()
+	f, err := os.CreateTemp(dir, "fsync-probe-*")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer f.Close()
-	ds := make([]time.Duration, 0, 200)
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
+	ds := make([]time.Duration, 0, n)
 	buf := make([]byte, 256)
-	for range 200 {
+	for range n {
 		t := time.Now()
 		if _, err := f.Write(buf); err != nil {
 			tb.Fatal(err)
@@ -30,6 +39,15 @@ func MedianFsync(tb testing.TB, dir string) time.Duration {
 		}
 		ds = append(ds, time.Since(t))
 	}
-	slices.Sort(ds)
-	return ds[len(ds)/2]
+	return ds
+}
+
+// Median is the median of ds (0 for none); ds is left as it was.
+func Median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
