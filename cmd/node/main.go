@@ -28,6 +28,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -65,12 +66,15 @@ func main() {
 	}()
 	// A larger heap goal under a memory limit, unless GOGC / GOMEMLIMIT
 	// say otherwise (internal/gctune, docs/http.md "The node").
-	gctune.ForNode()
+	nodeGC, _ = gctune.ForNode()
 	if err := runCommand(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "node:", err)
 		os.Exit(1)
 	}
 }
+
+// nodeGC is what main set of the collector's settings, shown at start.
+var nodeGC gctune.Settings
 
 // runCommand runs the subcommand named by args: serve (the default), chat
 // or demo.
@@ -270,6 +274,10 @@ func printBanner(out io.Writer, base string, cfg config, p providers) {
 			where = u.Redacted()
 		}
 	}
+	memory := "Go's collector defaults (GOGC / GOMEMLIMIT set, or memory unknown)"
+	if nodeGC != (gctune.Settings{}) {
+		memory = gcDescription(nodeGC)
+	}
 	id := "msg-" + rand.Text()[:10]
 	sessions := base + "/v1/agents/" + defaultAgent + "/sessions/hello"
 	fmt.Fprintf(out, `A2 node serving %s
@@ -277,6 +285,7 @@ func printBanner(out io.Writer, base string, cfg config, p providers) {
   model:  %s (%s)
   data:   %s
   admin:  %s
+  memory: %s
 
 Chat with it from another terminal:
   go run ./cmd/node chat --url %s
@@ -287,7 +296,19 @@ Or with curl: send a message, then watch the answer stream in
   curl -N %s/stream
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
-`, base, defaultAgent, p.model, p.name, where, admin, base, sessions, id, id, sessions)
+`, base, defaultAgent, p.model, p.name, where, admin, memory, base, sessions, id, id, sessions)
+}
+
+// gcDescription tells what the node set of the collector's settings.
+func gcDescription(s gctune.Settings) string {
+	var parts []string
+	if s.Percent != 0 {
+		parts = append(parts, fmt.Sprintf("heap goal %d%%", s.Percent))
+	}
+	if s.Limit > 0 {
+		parts = append(parts, fmt.Sprintf("memory limit %.1f GiB", float64(s.Limit)/(1<<30)))
+	}
+	return strings.Join(parts, ", ") + " (GOGC / GOMEMLIMIT to choose otherwise; docs/http.md)"
 }
 
 // openStore opens the store cfg names: PostgreSQL when cfg.store is a

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2-runtime/a2/internal/gctune"
 	"github.com/a2-runtime/a2/internal/testutil"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -306,6 +307,21 @@ func TestProviderSelection(t *testing.T) {
 			if got != want {
 				t.Errorf("case %d: %q goes to %q, want %q (%v)", i, id, got, want, err)
 			}
+		}
+	}
+}
+
+func TestGCDescription(t *testing.T) {
+	for _, tc := range []struct {
+		in   gctune.Settings
+		want string
+	}{
+		{gctune.Settings{Percent: 800, Limit: 18 << 30}, "heap goal 800%, memory limit 18.0 GiB (GOGC / GOMEMLIMIT to choose otherwise; docs/http.md)"},
+		{gctune.Settings{Percent: 800}, "heap goal 800% (GOGC / GOMEMLIMIT to choose otherwise; docs/http.md)"},
+		{gctune.Settings{Limit: 3 << 29}, "memory limit 1.5 GiB (GOGC / GOMEMLIMIT to choose otherwise; docs/http.md)"},
+	} {
+		if got := gcDescription(tc.in); got != tc.want {
+			t.Errorf("gcDescription(%+v) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
