@@ -274,7 +274,7 @@ func printBanner(out io.Writer, base string, cfg config, p providers) {
 			where = u.Redacted()
 		}
 	}
-	memory := "Go's collector defaults (GOGC / GOMEMLIMIT set, or memory unknown)"
+	memory := "the collector as GOGC and GOMEMLIMIT set it (Go's defaults where unset)"
 	if nodeGC != (gctune.Settings{}) {
 		memory = gcDescription(nodeGC)
 	}
