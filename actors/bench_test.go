@@ -33,10 +33,10 @@ import (
 // due at the stream's start plus k x every, however late the runtime reads
 // it. A reader that falls behind finds the burst waiting (Ready), its
 // deltas carry the time they were due, and the delay counts in the
-// latency; it does not push the stream's later bursts back. (A closed-loop schedule, each
-// wait starting when the previous burst was read, let every stall of the
-// runtime shift all the streams it delayed alike, so that their bursts came
-// to arrive together: see docs/benchmarks.md, session 5.)
+// latency; it does not push the stream's later bursts back. (A closed-loop
+// schedule, each wait starting when the previous burst was read, let every
+// stall of the runtime shift all the streams it delayed alike, so that
+// their bursts came to arrive together: see docs/benchmarks.md, session 5.)
 type stampModel struct {
 	chunks int
 	every  time.Duration
@@ -48,7 +48,7 @@ type stampStream struct {
 	m        *stampModel
 	start    time.Time
 	i        int
-	burst    int       // the burst of the last delta
+	bursti   int       // the burst of the last delta read
 	produced time.Time // when that burst was produced
 }
 
@@ -76,8 +76,8 @@ func (s *stampStream) Next() (protocol.UIMessageChunk, error) {
 		// fire up to a millisecond late, which is the generator's slack,
 		// not the runtime's: a socket wakes its reader without it).
 		// The deltas of one burst are produced together.
-		if burst := (i - 2) / max(s.m.burst, 1); i == 2 || burst != s.burst {
-			s.burst, s.produced = burst, s.due(i)
+		if b := (i - 2) / max(s.m.burst, 1); i == 2 || b != s.bursti {
+			s.bursti, s.produced = b, s.due(i)
 			if wait := time.Until(s.produced); wait > 0 {
 				t := time.NewTimer(wait)
 				select {
@@ -89,8 +89,7 @@ func (s *stampStream) Next() (protocol.UIMessageChunk, error) {
 				s.produced = time.Now()
 			}
 		}
-		produced := s.produced
-		return protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t", Delta: "t" + strconv.FormatInt(produced.UnixNano(), 10) + " "}, nil
+		return protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t", Delta: "t" + strconv.FormatInt(s.produced.UnixNano(), 10) + " "}, nil
 	case i == s.m.chunks+2:
 		return protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: "t"}, nil
 	case i == s.m.chunks+3:
