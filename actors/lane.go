@@ -113,7 +113,16 @@ func (s *sessionActor) reconcile() {
 	if s.stopping {
 		return
 	}
-	work := protocol.Pending(s.agent.work, s.state.AI)
+	// One slice for the work of every reconcile (one or more per write),
+	// unless a reconcile runs inside another.
+	var work []protocol.Work
+	if s.reconciling {
+		work = protocol.Pending(s.agent.work, s.state.AI)
+	} else {
+		work = protocol.AppendPending(s.workBuf[:0], s.agent.work, s.state.AI)
+		s.workBuf, s.reconciling = work, true
+		defer func() { s.reconciling = false }()
+	}
 	s.reconcileTools(work)
 	s.reconcileMetadata(work)
 	s.reconcileHandlers(work)

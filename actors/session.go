@@ -78,6 +78,11 @@ type sessionActor struct {
 	// from, recycled once it is folded (see chunkBufs).
 	spent [][]protocol.UIMessageChunk
 
+	// workBuf is reconcile's slice of pending work, reused from one call to
+	// the next; reconciling is set while a reconcile uses it.
+	workBuf     []protocol.Work
+	reconciling bool
+
 	// pendingIDs are the IDs of the work events queued or being written.
 	pendingIDs map[string]bool
 	// failed is set when a write failed: the runtime activates the session

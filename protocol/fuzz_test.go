@@ -361,6 +361,20 @@ func (s *sim) check() error {
 	if s.state.Session.Status == SessionStatusClosed && (s.state.Active != nil || len(Pending(WorkPolicy{}, s.state)) > 0) {
 		return fmt.Errorf("closed session has an active turn or pending work")
 	}
+	// AppendPending keeps what dst holds and writes over its spare room only
+	// (the actor reuses one slice for every reconcile).
+	pending := Pending(WorkPolicy{}, s.state)
+	used := make([]Work, 1, 8)
+	used[0] = Work{Kind: "kept"}
+	for i := 1; i < cap(used); i++ {
+		used[:cap(used)][i] = Work{Kind: "stale", EventID: "stale"}
+	}
+	if got, want := AppendPending(used, WorkPolicy{}, s.state), append([]Work{{Kind: "kept"}}, pending...); !reflect.DeepEqual(got, want) {
+		return fmt.Errorf("AppendPending onto one work item = %+v, want %+v", got, want)
+	}
+	if got := AppendPending(used[:0], WorkPolicy{}, s.state); !reflect.DeepEqual(got, pending) && len(got)+len(pending) > 0 {
+		return fmt.Errorf("AppendPending onto a reused slice = %+v, want %+v", got, pending)
+	}
 	// R-GEN-05: every generation request names its response, and a
 	// continuation its source generation.
 	for _, ev := range s.log {

@@ -84,9 +84,15 @@ type WorkPolicy struct {
 // lookups by model name, application handlers by event ID. A closed
 // session has no work but the handlers of events appended before it closed.
 func Pending(p WorkPolicy, s *AIState) []Work {
-	var out []Work
+	return AppendPending(nil, p, s)
+}
+
+// AppendPending appends Pending's work to dst and returns the extended
+// slice, so that a caller that asks on every write can reuse one slice.
+func AppendPending(dst []Work, p WorkPolicy, s *AIState) []Work {
+	out := dst
 	if s.Session.Status == SessionStatusClosed {
-		return s.pendingHandlers()
+		return append(out, s.pendingHandlers()...)
 	}
 	a := s.Active
 	if a != nil {
