@@ -54,13 +54,28 @@ func (c *crashStore) crash() {
 
 func (c *crashStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
 	out, err := c.Store.Append(ctx, session, expected, events)
+	c.appended()
+	return out, err
+}
+
+// AppendAsync counts and crashes as Append does, when the store's
+// committer reports the append (before the runtime hears of it).
+func (c *crashStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
+	persistence.AppendAsync(c.Store, ctx, session, expected, events, func(out []protocol.Event, err error) {
+		c.appended()
+		done(out, err)
+	})
+}
+
+// appended counts an append that returned and takes the clone after the
+// at-th.
+func (c *crashStore) appended() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.appends++
 	if c.appends == c.at && c.clone == nil {
 		c.crash()
 	}
-	return out, err
 }
 
 const crashScript = `{"replies":[

@@ -373,6 +373,11 @@ func (f *failingStore) Append(ctx context.Context, session string, expected uint
 	return f.countingStore.Append(ctx, session, expected, events)
 }
 
+// AppendAsync injects as Append does.
+func (f *failingStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
+	go func() { done(f.Append(ctx, session, expected, events)) }()
+}
+
 // R-GEN-17 R-DELIVERY-08: a store failure is not a turn failure: the
 // session actor stops, reactivates from the store on the next request, and
 // the durable work goes on (the model step runs again) until the turn

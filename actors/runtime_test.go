@@ -31,6 +31,20 @@ type countingStore struct {
 }
 
 func (c *countingStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
+	c.count(events)
+	return c.Store.Append(ctx, session, expected, events)
+}
+
+// AppendAsync counts like Append and hands the append to the store's own
+// AppendAsync (persistence.AppendAsync), so that the runtime takes the
+// path it takes without the wrapper. A wrapper that embeds countingStore
+// and overrides Append to inject faults overrides AppendAsync too.
+func (c *countingStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
+	c.count(events)
+	persistence.AppendAsync(c.Store, ctx, session, expected, events, done)
+}
+
+func (c *countingStore) count(events []protocol.Event) {
 	c.appends.Add(1)
 	types := make([]string, len(events))
 	for i, ev := range events {
@@ -39,7 +53,6 @@ func (c *countingStore) Append(ctx context.Context, session string, expected uin
 	c.mu.Lock()
 	c.batches = append(c.batches, types)
 	c.mu.Unlock()
-	return c.Store.Append(ctx, session, expected, events)
 }
 
 func (c *countingStore) LoadSnapshot(ctx context.Context, session, reducer string) (persistence.Snapshot, bool, error) {

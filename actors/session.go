@@ -440,15 +440,7 @@ func (s *sessionActor) tryFlush() {
 	logger := s.rt.opts.Logger
 	claim, agent := !s.owned, s.agent.Name()
 	s.owned = true // or the write fails, which stops the actor
-	go func() {
-		var stored []protocol.Event
-		var err error
-		if claim {
-			err = claimSession(context.Background(), store, agent, session)
-		}
-		if err == nil {
-			stored, err = store.Append(context.Background(), session, expected, batch)
-		}
+	done := func(stored []protocol.Event, err error) {
 		if err != nil && logger.Enabled(context.Background(), slog.LevelDebug) {
 			ids := make([]string, len(batch))
 			for i, ev := range batch {
@@ -457,7 +449,20 @@ func (s *sessionActor) tryFlush() {
 			logger.Debug("batch not written", "session", session, "expected", expected, "events", ids)
 		}
 		sys.Root.Send(self, &writeDone{stored: stored, err: err})
-	}()
+	}
+	if claim {
+		go func() {
+			if err := claimSession(context.Background(), store, agent, session); err != nil {
+				done(nil, err)
+				return
+			}
+			done(store.Append(context.Background(), session, expected, batch))
+		}()
+		return
+	}
+	// The store's committer tells the actor when the batch is durable (no
+	// goroutine waits for it), when the store can (the Pebble store).
+	persistence.AppendAsync(store, context.Background(), session, expected, batch, done)
 }
 
 // anyEnded reports whether a lane has its terminal event to write. A

@@ -250,6 +250,11 @@ func (f *failFirstClaim) Append(ctx context.Context, session string, expected ui
 	return f.countingStore.Append(ctx, session, expected, events)
 }
 
+// AppendAsync injects as Append does.
+func (f *failFirstClaim) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
+	go func() { done(f.Append(ctx, session, expected, events)) }()
+}
+
 // R-TOOL-15: under "report", an attempt that failed before Execute (its
 // claim write failed) is retried and runs the tool: the call gets the
 // tool's real result, not the interrupted error, and the tool ran once.

@@ -108,6 +108,27 @@ type Store interface {
 	Close() error
 }
 
+// AsyncAppender is implemented by a store that can append without its
+// caller waiting: AppendAsync does what Append does and calls done once with
+// what Append would return, when the batch is durable or the append has
+// failed. done may run on the caller's goroutine (an append that ends
+// before its commit) or on one of the store's; it must not block nor call
+// the store. The session actor uses it when its store has it, to save a
+// goroutine and a wake-up per write.
+type AsyncAppender interface {
+	AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error))
+}
+
+// AppendAsync appends with store's AppendAsync when it has one, else with
+// Append on a goroutine of its own, and calls done with the result.
+func AppendAsync(store Store, ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
+	if a, ok := store.(AsyncAppender); ok {
+		a.AppendAsync(ctx, session, expected, events, done)
+		return
+	}
+	go func() { done(store.Append(ctx, session, expected, events)) }()
+}
+
 // Snapshot is a reducer's state folded up to and including Index of a
 // session's log. State is opaque to the store and kept byte for byte.
 type Snapshot struct {

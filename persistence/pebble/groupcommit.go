@@ -48,7 +48,8 @@ type groupCommit struct {
 
 type commitRequest struct {
 	b    *pebbledb.Batch
-	done chan error // buffered: the committer never waits
+	done chan error  // buffered: the committer never waits
+	cb   func(error) // instead of done (commitAsync), called by the committer
 }
 
 const (
@@ -81,6 +82,18 @@ func (s *Store) stopCommitter() {
 // returns an error wrapping persistence.ErrFailed.
 func (s *Store) commit(b *pebbledb.Batch) error {
 	req := &commitRequest{b: b, done: make(chan error, 1)}
+	s.enqueue(req)
+	return <-req.done
+}
+
+// commitAsync is commit that returns at once: the committer calls cb with
+// what commit would return. cb runs on the committer's goroutine, so it
+// must not block nor wait for another commit.
+func (s *Store) commitAsync(b *pebbledb.Batch, cb func(error)) {
+	s.enqueue(&commitRequest{b: b, cb: cb})
+}
+
+func (s *Store) enqueue(req *commitRequest) {
 	g := &s.group
 	g.mu.Lock()
 	g.queue = append(g.queue, req)
@@ -89,7 +102,6 @@ func (s *Store) commit(b *pebbledb.Batch) error {
 	case g.wake <- struct{}{}:
 	default:
 	}
-	return <-req.done
 }
 
 func (s *Store) committer() {
@@ -126,7 +138,11 @@ func (s *Store) committer() {
 				}
 			}
 			for _, r := range group {
-				r.done <- err
+				if r.cb != nil {
+					r.cb(err)
+				} else {
+					r.done <- err
+				}
 			}
 		}
 	}

@@ -136,7 +136,10 @@ type Store struct {
 	group groupCommit
 }
 
-var _ persistence.Store = (*Store)(nil)
+var (
+	_ persistence.Store         = (*Store)(nil)
+	_ persistence.AsyncAppender = (*Store)(nil)
+)
 
 // Open opens the store in dir, creating it if needed. Opening replays
 // Pebble's WAL, so everything an acknowledged Append wrote is there.
@@ -302,71 +305,139 @@ func (s *Store) Metrics() (*pebbledb.Metrics, error) {
 // events, their ID-index entries and the session meta in one batch with a
 // WAL sync; advance the acknowledged last index and wake waiters.
 func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
+	p, result, err := s.prepareAppend(ctx, session, expected, events)
+	if p == nil {
+		return result, err
+	}
+	return p.finish(s.commit(p.b))
+}
+
+// AppendAsync implements persistence.AsyncAppender: Append's steps up to
+// the commit run on the caller's goroutine, and done is called once with
+// what Append would return, on the caller's goroutine when the append ends
+// before the commit (an invalid batch, a resubmission, a conflict), else on
+// the store's committer goroutine once the batch is durable or has failed.
+// done must not block nor call the store.
+//
+// It spares the caller a goroutine that waits for the commit and is woken
+// after it: the session actor hands the batch over and is told by the
+// committer (docs/storage.md §2.3).
+func (s *Store) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
+	p, result, err := s.prepareAppend(ctx, session, expected, events)
+	if p == nil {
+		done(result, err)
+		return
+	}
+	s.commitAsync(p.b, func(err error) { done(p.finish(err)) })
+}
+
+// pendingAppend is an append ready to commit: its Pebble batch, and what
+// Append holds until the commit ends (the store's activity count, the
+// session's state and append lock, the IDs' claims).
+type pendingAppend struct {
+	s       *Store
+	st      *sessionState
+	session string
+	ids     []string
+	batch   []protocol.Event
+	last    uint64
+	newLast uint64
+	b       *pebbledb.Batch
+}
+
+// prepareAppend runs Append's steps up to the commit. With a nil
+// pendingAppend, the append has ended with result and err and holds
+// nothing; else the caller commits p.b and calls p.finish with the result.
+func (s *Store) prepareAppend(ctx context.Context, session string, expected uint64, events []protocol.Event) (p *pendingAppend, result []protocol.Event, err error) {
 	batch, err := persistence.PrepareBatch(session, events)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := s.enter(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer s.leave()
 	st := s.sessions.acquire(session)
-	defer s.sessions.release(session, st)
 	st.appendMu.Lock()
-	defer st.appendMu.Unlock()
+	p = &pendingAppend{s: s, st: st, session: session, batch: batch}
+	// Until the batch is handed to the committer, every return releases
+	// what is held.
+	release := func() {
+		st.appendMu.Unlock()
+		s.sessions.release(session, st)
+		s.leave()
+	}
 
-	ids := make([]string, len(batch))
+	p.ids = make([]string, len(batch))
 	for i := range batch {
-		ids[i] = batch[i].ID
+		p.ids[i] = batch[i].ID
 	}
-	if err := s.claims.claim(ctx, ids); err != nil {
-		return nil, err
+	if err := s.claims.claim(ctx, p.ids); err != nil {
+		release()
+		return nil, nil, err
 	}
-	defer s.claims.unclaim(ids)
+	unclaimed := func(result []protocol.Event, err error) (*pendingAppend, []protocol.Event, error) {
+		s.claims.unclaim(p.ids)
+		release()
+		return nil, result, err
+	}
 	// A failure may have happened while this call waited for its locks.
 	if err := s.failed(); err != nil {
-		return nil, err
+		return unclaimed(nil, err)
 	}
 
 	// Duplicates first: an identical resubmission replays whatever expected
 	// is; a conflicting reuse fails whole.
 	stored, err := s.storedByID(batch)
 	if err != nil {
-		return nil, err
+		return unclaimed(nil, err)
 	}
 	if stored != nil {
-		return persistence.Resubmission(batch, stored)
+		return unclaimed(persistence.Resubmission(batch, stored))
 	}
 
-	last, err := s.loadLast(st, session)
+	p.last, err = s.loadLast(st, session)
 	if err != nil {
-		return nil, err
+		return unclaimed(nil, err)
 	}
-	if last != expected {
-		return nil, fmt.Errorf("%w: session %q is at index %d, append expected %d", persistence.ErrIndexConflict, session, last, expected)
+	if p.last != expected {
+		return unclaimed(nil, fmt.Errorf("%w: session %q is at index %d, append expected %d", persistence.ErrIndexConflict, session, p.last, expected))
 	}
 
-	b := s.db.NewBatch()
-	newLast, err := s.fillBatch(b, session, last, s.now().UnixMilli(), batch)
+	p.b = s.db.NewBatch()
+	p.newLast, err = s.fillBatch(p.b, session, p.last, s.now().UnixMilli(), batch)
 	if err != nil {
-		_ = b.Close()
-		return nil, err
+		_ = p.b.Close()
+		return unclaimed(nil, err)
 	}
 	// Into the filter before the commit, while the IDs are claimed: the next
 	// batch with one of these IDs checks after the claim is released.
 	if s.ids != nil {
-		for _, id := range ids {
+		for _, id := range p.ids {
 			s.ids.add(id)
 		}
 	}
-	if err := s.commit(b); err != nil {
-		return nil, fmt.Errorf("append to session %q at indexes %d..%d: %w", session, last+1, newLast, err)
+	return p, nil, nil
+}
+
+// finish ends an append whose commit returned err: on success it advances
+// the session's acknowledged last index (waking waiters and followers);
+// then it releases what prepareAppend holds, in the reverse order.
+func (p *pendingAppend) finish(err error) ([]protocol.Event, error) {
+	s := p.s
+	if err == nil {
+		p.st.advance(p.newLast, p.batch)
 	}
-	st.advance(newLast, batch)
-	return batch, nil
+	s.claims.unclaim(p.ids)
+	p.st.appendMu.Unlock()
+	s.sessions.release(p.session, p.st)
+	s.leave()
+	if err != nil {
+		return nil, fmt.Errorf("append to session %q at indexes %d..%d: %w", p.session, p.last+1, p.newLast, err)
+	}
+	return p.batch, nil
 }
 
 // fillBatch assigns indexes after last and the time now to the events of
