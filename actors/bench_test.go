@@ -219,6 +219,7 @@ func benchProgress(b *testing.B, streams, burst int) {
 	b.ResetTimer()
 	start := time.Now()
 	appends0 := cs.appends.Load()
+	workers0 := rt.dispatcher.started.Load()
 	for iter := 0; iter < b.N; iter++ {
 		began := time.Now()
 		// All streams run from the last start to the first end.
@@ -302,6 +303,9 @@ func benchProgress(b *testing.B, streams, burst int) {
 	b.ReportMetric(float64(mem1.TotalAlloc-mem0.TotalAlloc)/float64(chunks), "B/chunk")
 	b.ReportMetric(float64(mem1.NumGC-mem0.NumGC)/elapsed.Seconds(), "GCs/s")
 	b.ReportMetric(float64(percent), "gc-percent")
+	// Mailbox goroutines started during the run: the reused workers
+	// (dispatcher.go) should make this small.
+	b.ReportMetric(float64(rt.dispatcher.started.Load()-workers0), "mailbox-goroutines")
 }
 
 // stamps returns the production times carried by the text deltas of a
