@@ -278,6 +278,14 @@ func benchProgress(b *testing.B, streams, burst int) {
 	fsync := testutil.Median(append(fsyncs, testutil.FsyncLatencies(b, dir, 300)...))
 	runtime.ReadMemStats(&mem1)
 	walP50, walP99 := walFsync(b, st)
+	// Pebble's background work in the run: a new store's memtable starts
+	// at 256 KiB and doubles at each rotation, each with a WAL file of its
+	// own, up to 64 MiB.
+	if m, err := st.Metrics(); err == nil {
+		b.ReportMetric(float64(m.Flush.Count), "flushes")
+		b.ReportMetric(float64(m.Compact.Count), "compactions")
+		b.ReportMetric(float64(m.WAL.Files), "wal-files")
+	}
 	if len(all) != b.N*streams*benchDeltas {
 		b.Fatalf("%d deltas delivered, want %d", len(all), b.N*streams*benchDeltas)
 	}
