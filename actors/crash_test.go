@@ -61,7 +61,7 @@ func (c *crashStore) Append(ctx context.Context, session string, expected uint64
 // AppendAsync counts and crashes as Append does, when the store's
 // committer reports the append (before the runtime hears of it).
 func (c *crashStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	persistence.AppendAsync(c.Store, ctx, session, expected, events, func(out []protocol.Event, err error) {
+	persistence.AppendAsync(ctx, c.Store, session, expected, events, func(out []protocol.Event, err error) {
 		c.appended()
 		done(out, err)
 	})

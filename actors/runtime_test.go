@@ -41,7 +41,7 @@ func (c *countingStore) Append(ctx context.Context, session string, expected uin
 // and overrides Append to inject faults overrides AppendAsync too.
 func (c *countingStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
 	c.count(events)
-	persistence.AppendAsync(c.Store, ctx, session, expected, events, done)
+	persistence.AppendAsync(ctx, c.Store, session, expected, events, done)
 }
 
 func (c *countingStore) count(events []protocol.Event) {

@@ -462,7 +462,7 @@ func (s *sessionActor) tryFlush() {
 	}
 	// The store's committer tells the actor when the batch is durable (no
 	// goroutine waits for it), when the store can (the Pebble store).
-	persistence.AppendAsync(store, context.Background(), session, expected, batch, done)
+	persistence.AppendAsync(context.Background(), store, session, expected, batch, done)
 }
 
 // anyEnded reports whether a lane has its terminal event to write. A

@@ -121,7 +121,7 @@ type AsyncAppender interface {
 
 // AppendAsync appends with store's AppendAsync when it has one, else with
 // Append on a goroutine of its own, and calls done with the result.
-func AppendAsync(store Store, ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
+func AppendAsync(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
 	if a, ok := store.(AsyncAppender); ok {
 		a.AppendAsync(ctx, session, expected, events, done)
 		return
