@@ -113,16 +113,11 @@ func (s *sessionActor) reconcile() {
 	if s.stopping {
 		return
 	}
-	// One slice for the work of every reconcile (one or more per write),
-	// unless a reconcile runs inside another.
-	var work []protocol.Work
-	if s.reconciling {
-		work = protocol.Pending(s.agent.work, s.state.AI)
-	} else {
-		work = protocol.AppendPending(s.workBuf[:0], s.agent.work, s.state.AI)
-		s.workBuf, s.reconciling = work, true
-		defer func() { s.reconciling = false }()
-	}
+	// One slice for the work of every reconcile (one or more per write):
+	// reconcile runs from the actor's message handling only, never inside
+	// itself, and what it calls copies the items it keeps.
+	work := protocol.AppendPending(s.workBuf[:0], s.agent.work, s.state.AI)
+	s.workBuf = work
 	s.reconcileTools(work)
 	s.reconcileMetadata(work)
 	s.reconcileHandlers(work)

@@ -79,9 +79,8 @@ type sessionActor struct {
 	spent [][]protocol.UIMessageChunk
 
 	// workBuf is reconcile's slice of pending work, reused from one call to
-	// the next; reconciling is set while a reconcile uses it.
-	workBuf     []protocol.Work
-	reconciling bool
+	// the next.
+	workBuf []protocol.Work
 
 	// pendingIDs are the IDs of the work events queued or being written.
 	pendingIDs map[string]bool
