@@ -1,77 +1,141 @@
 package actors
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// reuseDispatcher runs actor mailboxes on goroutines it keeps for reuse.
+// reuseDispatcher runs actor mailboxes on a bounded pool of goroutines that
+// it keeps.
 //
 // protoactor's default dispatcher starts a new goroutine each time an idle
 // mailbox receives a message. A session actor's turn through its mailbox
 // (fold, decide, encode) needs more stack than a new goroutine starts
 // with, so with a thousand busy sessions the runtime spent about a sixth of
 // its CPU growing and copying fresh stacks (BenchmarkProgressBatching's
-// profile). Here a mailbox run is handed to a goroutine that is waiting for
-// work, whose stack has already grown; only when none waits does Schedule
-// start one. Schedule never blocks, so an actor that sends a message while
-// running on a worker cannot deadlock the pool. At most maxIdle workers
-// wait for work; one that finishes a run while as many wait exits, so a
-// burst (ten thousand sessions activated at once) leaves no crowd of idle
-// goroutines behind. Idle workers exit when the dispatcher is closed; a
-// run scheduled after that gets a goroutine of its own.
+// profile). An earlier version of this dispatcher reused waiting goroutines
+// but still started a new one whenever none waited; on a saturated node
+// none ever waits, and it started some 100,000 goroutines in 6 s (8% of
+// the CPU in stack growth; docs/benchmarks.md, session 6).
+//
+// Here a run is handed to a waiting worker; if none waits and fewer than
+// maxWorkers live, a new worker starts with it; otherwise it joins a FIFO
+// queue that every worker drains before it waits. Schedule never blocks, so
+// an actor that sends a message while running on a worker cannot deadlock
+// the pool. The bound is safe because no mailbox run waits for another
+// run: a run's work is bounded (fold, decide, the store's pre-commit steps,
+// an activation's reads), and everything that can take long (model
+// streams, tool executions, application handlers, synchronous appends) has
+// a goroutine of its own. The queue holds at most one run per mailbox
+// (protoactor schedules a mailbox only while it is idle), so it is bounded
+// by the number of live actors. Workers exit when the dispatcher is closed,
+// after the queue is empty; a run scheduled after that gets a goroutine of
+// its own.
 type reuseDispatcher struct {
 	throughput int
-	maxIdle    int64
-	work       chan func() // unbuffered: a send succeeds only to a waiting worker
-	quit       chan struct{}
-	closeOnce  sync.Once
-	workers    atomic.Int64 // live worker goroutines
-	started    atomic.Int64 // worker goroutines ever started
-	idle       atomic.Int64 // workers waiting for work
+	maxWorkers int64
+
+	mu        sync.Mutex
+	wake      *sync.Cond // signalled once per run handed to a waiting worker
+	queue     []func()   // runs waiting for a worker, from head on
+	head      int
+	waiting   int  // workers in wake.Wait
+	signalled int  // of them, woken for a run and not yet back
+	closed    bool // set by close
+
+	workers atomic.Int64 // live worker goroutines (changed under mu)
+	started atomic.Int64 // worker goroutines ever started
 }
 
-// maxIdleWorkers bounds the workers kept waiting for work.
-const maxIdleWorkers = 128
+// maxWorkers is the bound on the pool: a few goroutines per core run the
+// CPU-bound runs as fast as more would, and the floor leaves room for runs
+// that wait on the store's reads (an activation on PostgreSQL).
+func maxWorkers() int64 { return int64(max(128, 4*runtime.GOMAXPROCS(0))) }
 
 func newReuseDispatcher(throughput int) *reuseDispatcher {
-	return &reuseDispatcher{throughput: throughput, maxIdle: maxIdleWorkers, work: make(chan func()), quit: make(chan struct{})}
+	d := &reuseDispatcher{throughput: throughput, maxWorkers: maxWorkers()}
+	d.wake = sync.NewCond(&d.mu)
+	return d
 }
 
 var _ actor.Dispatcher = (*reuseDispatcher)(nil)
 
 func (d *reuseDispatcher) Schedule(fn func()) {
-	select {
-	case d.work <- fn:
-	default:
+	d.mu.Lock()
+	switch {
+	case d.closed:
+		d.mu.Unlock()
+		go fn()
+	case d.waiting > d.signalled:
+		// A waiting worker not yet woken takes it (or a worker that
+		// finishes its run first does, and the woken one waits again).
+		d.queue = append(d.queue, fn)
+		d.signalled++
+		d.mu.Unlock()
+		d.wake.Signal()
+	case d.workers.Load() < d.maxWorkers:
+		d.workers.Add(1)
+		d.started.Add(1)
+		d.mu.Unlock()
 		go d.worker(fn)
+	default:
+		// Every worker is busy: the first to finish takes it.
+		d.queue = append(d.queue, fn)
+		d.mu.Unlock()
 	}
 }
 
 func (d *reuseDispatcher) Throughput() int { return d.throughput }
 
 func (d *reuseDispatcher) worker(fn func()) {
-	d.workers.Add(1)
-	d.started.Add(1)
-	defer d.workers.Add(-1)
 	for {
 		fn()
 		fn = nil // do not keep the last actor reachable while waiting
-		if d.idle.Add(1) > d.maxIdle {
-			d.idle.Add(-1)
-			return
+		d.mu.Lock()
+		for d.head == len(d.queue) {
+			if d.closed {
+				d.workers.Add(-1)
+				d.mu.Unlock()
+				return
+			}
+			d.waiting++
+			d.wake.Wait()
+			d.waiting--
+			if d.signalled > 0 { // 0 only when woken by close
+				d.signalled--
+			}
 		}
-		select {
-		case fn = <-d.work:
-			d.idle.Add(-1)
-		case <-d.quit:
-			d.idle.Add(-1)
-			return
-		}
+		fn = d.pop()
+		d.mu.Unlock()
 	}
 }
 
-// close lets idle workers exit.
-func (d *reuseDispatcher) close() { d.closeOnce.Do(func() { close(d.quit) }) }
+// pop takes the queue's first run; d.mu is held and the queue not empty.
+// The queue reuses its array: emptied, it starts again at the front, and a
+// queue that never empties (a saturated node) moves its runs to the front
+// once half of the array is taken, so it stays within twice its length.
+func (d *reuseDispatcher) pop() func() {
+	fn := d.queue[d.head]
+	d.queue[d.head] = nil
+	d.head++
+	switch n := len(d.queue) - d.head; {
+	case n == 0:
+		d.queue, d.head = d.queue[:0], 0
+	case d.head >= 64 && d.head >= n:
+		copy(d.queue, d.queue[d.head:])
+		clear(d.queue[n:])
+		d.queue, d.head = d.queue[:n], 0
+	}
+	return fn
+}
+
+// close lets the workers exit once the queue is empty.
+func (d *reuseDispatcher) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.wake.Broadcast()
+}

@@ -3,69 +3,151 @@ package actors
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// TestReuseDispatcher: a scheduled run always runs, even while every
-// worker is busy (Schedule never waits for one, so an actor scheduling
-// another from a worker cannot deadlock the pool); after a burst at most
-// maxIdleWorkers stay; an idle worker takes the next run instead of a new
-// goroutine; closing lets idle workers exit.
+// TestReuseDispatcher: a scheduled run always runs and Schedule never
+// waits, even while every worker is busy (so an actor scheduling another
+// from a worker cannot deadlock the pool); no more than maxWorkers
+// goroutines ever run mailboxes, the runs beyond them wait in order of
+// scheduling (first in, first out); the workers are reused, not replaced; closing lets them exit
+// once the queue is empty.
 func TestReuseDispatcher(t *testing.T) {
 	d := newReuseDispatcher(mailboxThroughput)
+	const workers = 8
+	d.maxWorkers = workers
 
-	// Runs that schedule further runs from inside a worker, all blocked
-	// until released: none may wait for a free worker.
-	const n = maxIdleWorkers + 72
+	// One run schedules the others from inside its worker, and all block
+	// until released: the first `workers` start, the rest queue.
+	const n = workers + 72
 	release := make(chan struct{})
 	var started, done sync.WaitGroup
-	started.Add(n)
+	started.Add(workers)
 	done.Add(n)
+	var mu sync.Mutex
+	var order []int // the runs that started
 	var schedule func(k int)
 	schedule = func(k int) {
 		d.Schedule(func() {
-			if k+1 < n {
-				schedule(k + 1)
+			mu.Lock()
+			order = append(order, k)
+			mu.Unlock()
+			if k == 0 {
+				for j := 1; j < n; j++ {
+					schedule(j) // returns at once, with every worker busy too
+				}
 			}
-			started.Done()
+			if k < workers {
+				started.Done()
+			}
 			<-release
 			done.Done()
 		})
 	}
 	schedule(0)
-	waitOrFail(t, &started, fmt.Sprintf("%d nested runs to start while all workers are busy", n))
-	if w := d.workers.Load(); w != n {
-		t.Fatalf("%d workers run %d blocked runs, want %d", w, n, n)
+	waitOrFail(t, &started, fmt.Sprintf("%d nested runs to start", workers))
+	d.mu.Lock()
+	queued := len(d.queue) - d.head
+	d.mu.Unlock()
+	mu.Lock()
+	ran := len(order)
+	mu.Unlock()
+	if w := d.workers.Load(); w != workers || ran != workers || queued != n-workers {
+		t.Fatalf("with %d blocked runs: %d workers, %d runs started, %d queued; want %d, %d, %d",
+			n, w, ran, queued, workers, workers, n-workers)
 	}
 	close(release)
-	waitOrFail(t, &done, "the released runs to finish")
-	if w := settle(d, maxIdleWorkers); w != maxIdleWorkers {
-		t.Fatalf("%d workers stay after the burst, want %d", w, maxIdleWorkers)
+	waitOrFail(t, &done, "the released and the queued runs to finish")
+	if s := d.started.Load(); s != workers {
+		t.Errorf("%d worker goroutines started for %d runs, want %d", s, n, workers)
 	}
 
-	// The workers left wait for work: the next runs reuse them. (A run
-	// scheduled just before its worker is back waiting starts one more.)
-	before := d.started.Load()
+	// The workers wait for work: the next runs reuse them.
 	for i := 0; i < 200; i++ {
 		ran := make(chan struct{})
 		d.Schedule(func() { close(ran) })
 		<-ran
 	}
-	if more := d.started.Load() - before; more > 20 {
-		t.Errorf("200 runs one at a time started %d new workers; idle ones should take them", more)
-	}
-	if w := settle(d, maxIdleWorkers); w != maxIdleWorkers {
-		t.Errorf("%d workers after 200 more runs one at a time, want %d", w, maxIdleWorkers)
+	if s := d.started.Load(); s != workers {
+		t.Errorf("200 runs one at a time started %d more workers; the waiting ones should take them", s-workers)
 	}
 
+	// Many schedulers at once, some from inside runs: every run runs
+	// exactly once and the pool stays within its bound.
+	const schedulers, each = 16, 500
+	var count sync.WaitGroup
+	var runs [schedulers * each]atomic.Int32
+	count.Add(schedulers * each)
+	var wg sync.WaitGroup
+	for g := 0; g < schedulers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				k := g*each + i
+				run := func() { runs[k].Add(1); count.Done() }
+				if i%2 == 0 {
+					d.Schedule(run)
+					continue
+				}
+				d.Schedule(func() { d.Schedule(run) })
+			}
+		}()
+	}
+	wg.Wait()
+	waitOrFail(t, &count, "8,000 concurrently scheduled runs")
+	for k := range runs {
+		if c := runs[k].Load(); c != 1 {
+			t.Fatalf("run %d ran %d times, want once", k, c)
+		}
+	}
+	if w := d.workers.Load(); w > workers {
+		t.Errorf("%d workers, more than the bound %d", w, workers)
+	}
+
+	// With one worker the queued runs run in the order they were
+	// scheduled (with more, they start in that order on several workers).
+	one := newReuseDispatcher(mailboxThroughput)
+	one.maxWorkers = 1
+	gate, seq := make(chan struct{}), make(chan int, 100)
+	one.Schedule(func() { <-gate })
+	for i := 0; i < 100; i++ {
+		one.Schedule(func() { seq <- i })
+	}
+	close(gate)
+	for i := 0; i < 100; i++ {
+		if k := <-seq; k != i {
+			t.Fatalf("with one worker, run %d ran %d-th: the queue is not first in, first out", k, i)
+		}
+	}
+	one.close()
+
+	// Closing: a run queued before close still runs; then the workers
+	// exit; a run scheduled after close gets a goroutine of its own.
+	hold, held := make(chan struct{}), make(chan struct{}, workers)
+	for i := 0; i < workers; i++ {
+		d.Schedule(func() { held <- struct{}{}; <-hold })
+	}
+	for i := 0; i < workers; i++ {
+		<-held
+	}
+	late := make(chan struct{})
+	d.Schedule(func() { close(late) }) // queued: every worker is held
 	d.close()
+	close(hold)
+	select {
+	case <-late:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a run queued before close never ran")
+	}
 	if w := settle(d, 0); w != 0 {
 		t.Errorf("%d workers 10 s after close, want 0", w)
 	}
-	ran := make(chan struct{})
-	d.Schedule(func() { close(ran) }) // after close: a goroutine of its own
-	<-ran
+	after := make(chan struct{})
+	d.Schedule(func() { close(after) })
+	<-after
 }
 
 func waitOrFail(t *testing.T, wg *sync.WaitGroup, what string) {
