@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,6 +74,7 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	heartbeat := time.NewTicker(g.opts.HeartbeatInterval)
 	defer heartbeat.Stop()
+	var buf []byte // writeSSE's scratch
 	for {
 		select {
 		case ev, ok := <-events:
@@ -83,7 +85,7 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 					g.endStream(bw, errc, flush)
 					return
 				}
-				writeSSE(bw, ev)
+				buf = writeSSE(bw, ev, buf)
 				select {
 				case ev, ok = <-events:
 				default:
@@ -120,21 +122,81 @@ func (g *Gateway) endStream(bw *bufio.Writer, errc <-chan error, flush func() er
 	_ = flush()
 }
 
-// writeSSE writes one log event as an SSE event.
-func writeSSE(bw *bufio.Writer, ev protocol.Event) {
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return // a protocol.Event always encodes; its payload is valid JSON
-	}
+// writeSSE writes one log event as an SSE event. buf is scratch space for
+// the envelope, returned for the next call.
+func writeSSE(bw *bufio.Writer, ev protocol.Event, buf []byte) []byte {
+	buf = appendEnvelope(buf[:0], ev)
 	bw.WriteString("id: ")
 	bw.WriteString(strconv.FormatUint(ev.Index, 10))
 	bw.WriteString("\nevent: ")
 	bw.WriteString(oneLine(ev.Type))
-	// json.Marshal writes no raw newline (it compacts the payload), so the
-	// envelope is one data line.
+	// The envelope holds no raw line break (appendEnvelope), so it is one
+	// data line.
 	bw.WriteString("\ndata: ")
-	bw.Write(b)
+	bw.Write(buf)
 	bw.WriteString("\n\n")
+	return buf
+}
+
+// appendEnvelope appends ev as JSON, as json.Marshal encodes it (the same
+// fields, equal as JSON), on one line, without json.Marshal's cost: that
+// validated and re-compacted every payload for every subscriber, the
+// largest part of the stream's CPU with hundreds of streams
+// (docs/benchmarks.md, session 6). A payload is valid JSON (the gateway
+// compacts what clients send, Contract.Fold rejects invalid JSON, and the
+// runtime marshals its own), so it is copied as it is unless it has a line
+// break, which only a payload pushed through the Go API with indentation
+// can: that one is compacted.
+func appendEnvelope(dst []byte, ev protocol.Event) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = appendString(dst, ev.ID)
+	dst = append(dst, `,"type":`...)
+	dst = appendString(dst, ev.Type)
+	dst = append(dst, `,"payload":`...)
+	switch {
+	case len(ev.Payload) == 0:
+		dst = append(dst, "null"...)
+	case bytes.IndexByte(ev.Payload, '\n') < 0 && bytes.IndexByte(ev.Payload, '\r') < 0:
+		dst = append(dst, ev.Payload...)
+	default:
+		b := bytes.NewBuffer(dst)
+		if err := json.Compact(b, ev.Payload); err != nil {
+			b.WriteString("null") // not reached: a stored payload is valid JSON
+		}
+		dst = b.Bytes()
+	}
+	if ev.Index != 0 {
+		dst = append(dst, `,"index":`...)
+		dst = strconv.AppendUint(dst, ev.Index, 10)
+	}
+	if ev.Session != "" {
+		dst = append(dst, `,"session":`...)
+		dst = appendString(dst, ev.Session)
+	}
+	if ev.Time != 0 {
+		dst = append(dst, `,"time":`...)
+		dst = strconv.AppendInt(dst, ev.Time, 10)
+	}
+	if ev.Cause != "" {
+		dst = append(dst, `,"cause":`...)
+		dst = appendString(dst, ev.Cause)
+	}
+	return append(dst, '}')
+}
+
+// appendString appends s as a JSON string: as it is when every byte is
+// printable ASCII other than a quote or a backslash (IDs and types almost
+// always are), else as json.Marshal encodes it.
+func appendString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			b, _ := json.Marshal(s) // a string always encodes
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // oneLine keeps a string on one SSE line.
