@@ -22,18 +22,28 @@ import (
 // the CPU in stack growth; docs/benchmarks.md, session 6).
 //
 // Here a run is handed to a waiting worker; if none waits and fewer than
-// maxWorkers live, a new worker starts with it; otherwise it joins a FIFO
+// maxWorkers run, a new worker starts with it; otherwise it joins a FIFO
 // queue that every worker drains before it waits. Schedule never blocks, so
 // an actor that sends a message while running on a worker cannot deadlock
 // the pool. The bound is safe because no mailbox run waits for another
-// run: a run's work is bounded (fold, decide, the store's pre-commit steps,
-// an activation's reads), and everything that can take long (model
-// streams, tool executions, application handlers, synchronous appends) has
-// a goroutine of its own. The queue holds at most one run per mailbox
-// (protoactor schedules a mailbox only while it is idle), so it is bounded
-// by the number of live actors. Workers exit when the dispatcher is closed,
-// after the queue is empty; a run scheduled after that gets a goroutine of
-// its own.
+// run: a run's work is bounded (fold, decide, the store's pre-commit
+// steps), and everything that can take long (model streams, tool
+// executions, application handlers, appends) has a goroutine of its own.
+//
+// A few runs wait on the store: an activation reads the session's snapshot
+// and log, a push looks its IDs up. On a remote store (PostgreSQL) that is
+// a network round trip or several, and a slow database must not let a
+// burst of activations occupy every worker while the runs of active
+// sessions queue behind them. Such a run calls blocking around its I/O:
+// meanwhile it does not count against maxWorkers, so a queued run gets a
+// worker (one is started if none waits), as Go's scheduler hands a P on
+// when a goroutine enters a system call. A worker that finishes a run while
+// more than maxWorkers run outside blocking exits.
+//
+// The queue holds at most one run per mailbox (protoactor schedules a
+// mailbox only while it is idle), so it is bounded by the number of live
+// actors. Workers exit when the dispatcher is closed, after the queue is
+// empty; a run scheduled after that gets a goroutine of its own.
 type reuseDispatcher struct {
 	throughput int
 	maxWorkers int64
@@ -42,9 +52,10 @@ type reuseDispatcher struct {
 	wake      *sync.Cond // signalled once per run handed to a waiting worker
 	queue     []func()   // runs waiting for a worker, from head on
 	head      int
-	waiting   int  // workers in wake.Wait
-	signalled int  // of them, woken for a run and not yet back
-	closed    bool // set by close
+	waiting   int   // workers in wake.Wait
+	signalled int   // of them, woken for a run and not yet back
+	blocked   int64 // runs inside blocking
+	closed    bool  // set by close
 
 	workers atomic.Int64 // live worker goroutines (changed under mu)
 	started atomic.Int64 // worker goroutines ever started
@@ -76,7 +87,7 @@ func (d *reuseDispatcher) Schedule(fn func()) {
 		d.signalled++
 		d.mu.Unlock()
 		d.wake.Signal()
-	case d.workers.Load() < d.maxWorkers:
+	case d.workers.Load()-d.blocked < d.maxWorkers:
 		d.workers.Add(1)
 		d.started.Add(1)
 		d.mu.Unlock()
@@ -95,6 +106,12 @@ func (d *reuseDispatcher) worker(fn func()) {
 		fn()
 		fn = nil // do not keep the last actor reachable while waiting
 		d.mu.Lock()
+		if d.workers.Load()-d.blocked > d.maxWorkers {
+			// One more was started while a run was blocking.
+			d.workers.Add(-1)
+			d.mu.Unlock()
+			return
+		}
 		for d.head == len(d.queue) {
 			if d.closed {
 				d.workers.Add(-1)
@@ -130,6 +147,31 @@ func (d *reuseDispatcher) pop() func() {
 		d.queue, d.head = d.queue[:n], 0
 	}
 	return fn
+}
+
+// blocking runs f, which waits on I/O, from a mailbox run: while f runs,
+// the run does not count against maxWorkers, and a queued run starts on
+// another worker at once. Called from elsewhere it only lets one more
+// worker run for a while.
+func (d *reuseDispatcher) blocking(f func()) {
+	d.mu.Lock()
+	d.blocked++
+	var next func()
+	if !d.closed && d.head < len(d.queue) && d.waiting == d.signalled && d.workers.Load()-d.blocked < d.maxWorkers {
+		next = d.pop()
+		d.workers.Add(1)
+		d.started.Add(1)
+	}
+	d.mu.Unlock()
+	if next != nil {
+		go d.worker(next)
+	}
+	defer func() {
+		d.mu.Lock()
+		d.blocked--
+		d.mu.Unlock()
+	}()
+	f()
 }
 
 // close lets the workers exit once the queue is empty.

@@ -8,6 +8,59 @@ import (
 	"time"
 )
 
+// TestDispatcherBlocking: a run waiting on I/O inside blocking does not
+// hold up a run queued behind it, nor one scheduled while it waits, even
+// when it holds the only worker of the bound; once it is back, the pool
+// shrinks to the bound again. Outside blocking, the other run waits (the
+// bound holds).
+func TestDispatcherBlocking(t *testing.T) {
+	for _, queuedBefore := range []bool{true, false} {
+		for _, viaBlocking := range []bool{true, false} {
+			name := fmt.Sprintf("queuedBefore=%v/blocking=%v", queuedBefore, viaBlocking)
+			d := newReuseDispatcher(mailboxThroughput)
+			d.maxWorkers = 1
+			enter, release, inIO := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			d.Schedule(func() {
+				<-enter
+				io := func() { close(inIO); <-release }
+				if viaBlocking {
+					d.blocking(io)
+				} else {
+					io()
+				}
+			})
+			ran := make(chan struct{})
+			if queuedBefore {
+				d.Schedule(func() { close(ran) }) // queued: the one worker is taken
+			}
+			close(enter)
+			<-inIO
+			if !queuedBefore {
+				d.Schedule(func() { close(ran) })
+			}
+			if viaBlocking {
+				select {
+				case <-ran:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%s: the other run did not run while the first waited inside blocking", name)
+				}
+			} else {
+				select {
+				case <-ran:
+					t.Fatalf("%s: a second run ran beside a run outside blocking, over a bound of one worker", name)
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			close(release)
+			<-ran
+			if w := settle(d, 1); w != 1 {
+				t.Errorf("%s: %d workers after the blocked run returned, want the bound, 1", name, w)
+			}
+			d.close()
+		}
+	}
+}
+
 // TestReuseDispatcher: a scheduled run always runs and Schedule never
 // waits, even while every worker is busy (so an actor scheduling another
 // from a worker cannot deadlock the pool); no more than maxWorkers

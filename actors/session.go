@@ -234,7 +234,14 @@ func (s *sessionActor) stop() {
 // activate loads the latest snapshot for the current reducer name and folds
 // the log tail; a missing or unreadable snapshot is rebuilt from the log
 // (R-CONTRACT-10, R-CONTRACT-11).
-func (s *sessionActor) activate() error {
+func (s *sessionActor) activate() (err error) {
+	// The store's reads (and a claim's write) wait on I/O: outside the
+	// dispatcher's bound (dispatcher.go).
+	s.rt.dispatcher.blocking(func() { err = s.load() })
+	return err
+}
+
+func (s *sessionActor) load() error {
 	claimed, err := checkOwner(context.Background(), s.store, s.agent.Name(), s.id)
 	if err != nil {
 		return err
@@ -320,7 +327,9 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 	for i, ev := range events {
 		ids[i] = ev.ID
 	}
-	stored, err := s.store.Lookup(context.Background(), ids)
+	var stored []protocol.Event
+	var err error
+	s.rt.dispatcher.blocking(func() { stored, err = s.store.Lookup(context.Background(), ids) })
 	if err != nil {
 		c.Respond(&sessionpb.PushResponse{Error: toPBError(fmt.Errorf("%w: %v", ErrUnavailable, err))})
 		return
