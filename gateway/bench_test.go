@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/a2-runtime/a2/gateway"
 	"github.com/a2-runtime/a2/gateway/gatewaytest"
+	"github.com/a2-runtime/a2/internal/loadgen"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -127,53 +127,36 @@ func wrapNodeB(b *testing.B, script string) *fixture {
 }
 
 // BenchmarkHTTPStreams runs 100, 200 and 500 concurrent turns, each
-// followed by its own client on the session's SSE stream, through one node
-// on loopback (gatewaytest: Pebble on its in-memory filesystem, so no
-// fsync): the script model streams 250 words, one every 20 ms (50 tokens
-// per second), and the streams start spread over the first second. It
-// reports the process's CPU time per delivered text delta (server and
-// clients together: they share the process) and the gaps between two
-// consecutive deltas at a client (nominally 20 ms plus the script's timer
-// slack), over all streams: p50, p99 and the longest. A delta held back
-// shows as a long gap followed by a short one. A stream that misses a
-// delta fails the benchmark.
+// followed by its own client on the session's SSE stream (internal/loadgen,
+// as cmd/loadgen runs against a node), through one node on loopback
+// (gatewaytest: Pebble on its in-memory filesystem, so no fsync): the
+// script model streams 250 words, one every 20 ms (50 tokens per second),
+// and the streams start spread over the first second. It reports the
+// process's CPU time per delivered text delta (server and clients
+// together: they share the process) and the gaps between two consecutive
+// deltas at a client (nominally 20 ms plus the script's timer slack), over
+// all streams: p50, p99 and the longest. A delta held back shows as a long
+// gap followed by a short one. A turn that misses a delta fails the
+// benchmark.
 func BenchmarkHTTPStreams(b *testing.B) {
 	for _, n := range []int{100, 200, 500} {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 			const words = 250
 			text := strings.TrimSpace(strings.Repeat("word ", words))
 			f := wrapNodeB(b, `{"default":{"text":"`+text+`","delayMs":20}}`)
-			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
-			defer hc.CloseIdleConnections()
-			var mu sync.Mutex
 			var gaps []time.Duration
 			var ru0, ru1 syscall.Rusage
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 			b.ResetTimer()
 			for iter := 0; iter < b.N; iter++ {
-				var wg sync.WaitGroup
-				for s := 0; s < n; s++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						time.Sleep(time.Duration(s) * time.Second / time.Duration(n))
-						mine, err := streamTurn(f, hc, fmt.Sprintf("streams-%d-%d", iter, s), words)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						mu.Lock()
-						gaps = append(gaps, mine...)
-						mu.Unlock()
-					}()
+				r := loadgen.Run(context.Background(), loadgen.Options{URL: f.URL, Streams: n, Prefix: fmt.Sprintf("streams-%d", iter)})
+				if len(r.Errors) > 0 || r.Deltas != n*words {
+					b.Fatalf("%d text deltas of %d streamed; failures: %v", r.Deltas, n*words, r.Errors)
 				}
-				wg.Wait()
+				gaps = append(gaps, r.Gaps...)
 			}
 			b.StopTimer()
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-			if len(gaps) == 0 {
-				b.Fatal("no stream completed")
-			}
 			cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 			sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
 			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -183,47 +166,4 @@ func BenchmarkHTTPStreams(b *testing.B) {
 			b.ReportMetric(ms(gaps[len(gaps)-1]), "gap-max-ms")
 		})
 	}
-}
-
-// streamTurn opens session's stream, pushes a generating message, and
-// reads the stream to the answer's finish chunk; it returns the gaps
-// between consecutive text deltas (deltas of one event count as one
-// arrival), and an error unless it saw `deltas` of them.
-func streamTurn(f *fixture, hc *http.Client, session string, deltas int) ([]time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.URL+sessionsPath+session+"/stream", nil)
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if _, err := postJSON(ctx, hc, f.URL+sessionsPath+session+"/events", pushBody(protocol.Inputs.Text("q-"+session, "hi"))); err != nil {
-		return nil, err
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	var last time.Time
-	gaps := make([]time.Duration, 0, deltas)
-	seen := 0
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("data:")) {
-			continue
-		}
-		if n := bytes.Count(line, []byte(`"type":"text-delta"`)); n > 0 {
-			now := time.Now()
-			if !last.IsZero() {
-				gaps = append(gaps, now.Sub(last))
-			}
-			last, seen = now, seen+n
-		}
-		if bytes.Contains(line, []byte(`"type":"finish"`)) {
-			break
-		}
-	}
-	if seen != deltas {
-		return nil, fmt.Errorf("%s: %d text deltas streamed, want %d (%v)", session, seen, deltas, sc.Err())
-	}
-	return gaps, nil
 }

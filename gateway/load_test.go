@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/a2-runtime/a2/gateway"
+	"github.com/a2-runtime/a2/internal/loadgen"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -119,4 +121,40 @@ func postJSON(ctx context.Context, hc *http.Client, url, body string) ([]byte, e
 		return nil, fmt.Errorf("answer %s", b)
 	}
 	return b, nil
+}
+
+// Twenty concurrent turns, each followed by its own client on its
+// session's SSE stream (internal/loadgen, the driver of cmd/loadgen and
+// BenchmarkHTTPStreams): every client sees its answer's every text delta
+// and the finish chunk. Also the check that the load driver itself counts
+// right.
+func TestConcurrentStreamsOverHTTP(t *testing.T) {
+	const streams, words = 20, 15
+	text := strings.TrimSpace(strings.Repeat("word ", words))
+	f := newFixture(t, `{"default":{"text":"`+text+`","delayMs":2}}`, gateway.Options{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := loadgen.Run(ctx, loadgen.Options{URL: f.URL, Streams: streams, Prefix: "concurrent", Spread: 100 * time.Millisecond})
+	if len(r.Errors) > 0 {
+		t.Fatalf("%d turns failed, the first: %v", len(r.Errors), r.Errors[0])
+	}
+	if r.Turns != streams || r.Deltas != streams*words {
+		t.Fatalf("%d turns finished with %d text deltas, want %d with %d", r.Turns, r.Deltas, streams, streams*words)
+	}
+	if len(r.Gaps) == 0 || len(r.Gaps) > streams*(words-1) || r.Gap(0) < 0 || r.Gap(0.5) > r.Gap(1) {
+		t.Fatalf("%d gaps from %v to %v: not one per pair of arrivals, sorted", len(r.Gaps), r.Gap(0), r.Gap(1))
+	}
+	// Each session's log holds its completed generation.
+	for s := range streams {
+		session := fmt.Sprintf("concurrent-%d", s)
+		completed := 0
+		for _, ev := range f.history(session) {
+			if ev.Type == protocol.TypeGenerationCompleted {
+				completed++
+			}
+		}
+		if completed != 1 {
+			t.Fatalf("%s: %d completed generations in the log, want 1", session, completed)
+		}
+	}
 }
