@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,5 +149,89 @@ func TestHandlerRunsAgainAfterRestart(t *testing.T) {
 	}
 	if len(done) != 2 {
 		t.Fatalf("%d completions, want one per event", len(done))
+	}
+}
+
+// R-CONTRACT-15 R-DELIVERY-01: a handler that fails every attempt rests
+// after handlerAttempts of them. Resting, it no longer holds its session
+// in memory (the session passivates); after the rest the runtime wakes the
+// session, activating it, and the handler runs again, until it succeeds:
+// its completion is written once.
+func TestFailingHandlerRestsAndRunsAgain(t *testing.T) {
+	oldAttempts, oldRest := handlerAttempts, handlerRest
+	handlerAttempts, handlerRest = 3, 2*time.Second
+	t.Cleanup(func() { handlerAttempts, handlerRest = oldAttempts, oldRest })
+	var log handlerLog
+	var succeed atomic.Bool
+	f := handlerFixture(t, func(ctx context.Context, ev protocol.Event) error {
+		log.add(ev)
+		if succeed.Load() {
+			return nil
+		}
+		return errors.New("the ticketing service is down")
+	})
+	f.flag("s1", "flag-1")
+	deadline := time.Now().Add(10 * time.Second)
+	for len(log.all()) < handlerAttempts {
+		if time.Now().After(deadline) {
+			t.Fatalf("the handler ran %d times in 10 s, want %d failing attempts", len(log.all()), handlerAttempts)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Resting: the session is idle, and passivates when asked.
+	for f.rt.active(f.agent, "s1") {
+		if time.Now().After(deadline) {
+			t.Fatal("a session whose only work is a resting handler did not passivate")
+		}
+		f.rt.PassivateIdle()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := len(log.all()); n != handlerAttempts {
+		t.Fatalf("the handler ran %d times before its rest, want %d", n, handlerAttempts)
+	}
+	succeed.Store(true)
+	// After the rest the runtime activates the session by itself (the test
+	// reads only the store, which activates nothing), and the handler
+	// succeeds.
+	var completions []protocol.Event
+	for deadline = time.Now().Add(20 * time.Second); len(completions) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion 20 s after the handler's rest began; it ran %d times", len(log.all()))
+		}
+		evs, err := f.store.Read(context.Background(), "s1", 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		completions = completions[:0]
+		for _, ev := range evs {
+			if ev.Type == protocol.TypeHandlerCompleted {
+				completions = append(completions, ev)
+			}
+		}
+	}
+	if n := len(log.all()); n != handlerAttempts+1 || len(completions) != 1 || completions[0].Cause != "flag-1" {
+		t.Fatalf("the handler ran %d times and %d completions were written, want %d runs and one completion of flag-1",
+			n, len(completions), handlerAttempts+1)
+	}
+	// The success ends the session's run of rests: a later failure rests
+	// the shortest time again.
+	f.rt.mu.Lock()
+	rests, counted := f.rt.handlerRests[key("assistant", "s1")]
+	f.rt.mu.Unlock()
+	if counted {
+		t.Errorf("after the handler succeeded, the session still counts %d rests", rests)
+	}
+}
+
+// The rests of a session's failing handlers double, from 5 minutes, up to
+// an hour.
+func TestHandlerRestsDouble(t *testing.T) {
+	for n, want := range []time.Duration{5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 40 * time.Minute, time.Hour, time.Hour} {
+		if got := handlerRestAfter(n); got != want {
+			t.Errorf("rest after %d rests: %v, want %v", n, got, want)
+		}
+	}
+	if got := handlerRestAfter(1000); got != time.Hour {
+		t.Errorf("rest after 1000 rests: %v, want an hour", got)
 	}
 }

@@ -82,6 +82,9 @@ type Runtime struct {
 	mu       sync.Mutex
 	sessions map[string]*actor.PID
 	failures map[string]int // write failures in a row, per session
+	// handlerRests counts, per session, the rests of its failing
+	// application handlers since one last succeeded (handlers.go).
+	handlerRests map[string]int
 	// done closes when a session actor (by PID ID) has stopped: a request
 	// whose message sat in its mailbox then gets no answer, so it retries
 	// on a fresh activation instead of waiting out its timeout.
@@ -102,7 +105,7 @@ type Runtime struct {
 // New starts a runtime.
 func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, error) {
 	opts = opts.withDefaults()
-	r := &Runtime{store: store, agents: map[string]*Agent{}, opts: opts, sessions: map[string]*actor.PID{}, failures: map[string]int{},
+	r := &Runtime{store: store, agents: map[string]*Agent{}, opts: opts, sessions: map[string]*actor.PID{}, failures: map[string]int{}, handlerRests: map[string]int{},
 		dispatcher: newReuseDispatcher(mailboxThroughput)}
 	for _, a := range agents {
 		if _, dup := r.agents[a.Name()]; dup {
@@ -590,6 +593,52 @@ func (r *Runtime) reactivateLater(agent *Agent, session string) {
 			_, _ = r.pid(agent, session)
 		}
 	})
+}
+
+// wakeHandlersLater asks the session, after a rest, to run its resting
+// handlers again, activating it if it passivated meanwhile (its resting
+// handlers are still owed in its state, so the activation runs them). The
+// rest is handlerRest, doubled at each rest of the session's handlers
+// since one last succeeded, up to handlerMaxRest, and logged.
+func (r *Runtime) wakeHandlersLater(agent *Agent, session string) {
+	r.mu.Lock()
+	k := key(agent.Name(), session)
+	n := r.handlerRests[k]
+	r.handlerRests[k] = n + 1
+	r.mu.Unlock()
+	delay := handlerRestAfter(n)
+	r.opts.Logger.Info("a session's failing application handler rests", "session", session, "for", delay, "rests", n+1)
+	time.AfterFunc(delay, func() {
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		if closed {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.RequestTimeout)
+		defer cancel()
+		if _, err := r.request(ctx, agent, session, &wakeHandlers{}); err != nil && !errors.Is(err, ErrClosed) {
+			// The next activation (a request, or the start-up scan) runs
+			// them.
+			r.opts.Logger.Warn("could not wake a session's resting handlers", "session", session, "err", err)
+		}
+	})
+}
+
+// handlerRestAfter is the rest after n earlier ones: handlerRest doubled n
+// times, at most handlerMaxRest.
+func handlerRestAfter(n int) time.Duration {
+	if n >= 16 {
+		return handlerMaxRest
+	}
+	return min(handlerRest<<n, handlerMaxRest)
+}
+
+// handlerSucceeded ends a session's run of handler rests.
+func (r *Runtime) handlerSucceeded(agent *Agent, session string) {
+	r.mu.Lock()
+	delete(r.handlerRests, key(agent.Name(), session))
+	r.mu.Unlock()
 }
 
 // wrote records a durable write of a session, ending a run of failures.

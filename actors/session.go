@@ -67,10 +67,10 @@ type sessionActor struct {
 	metaTried map[string]bool
 	lookups   int
 
-	// handlerRuns are the application events whose handler runs (true) or
-	// has completed, its completion not folded yet (false); stopHandlers
+	// handlerRuns are the application events whose handler runs, has
+	// completed (its completion not folded yet) or rests; stopHandlers
 	// cancels the runs (see handlers.go).
-	handlerRuns  map[string]bool
+	handlerRuns  map[string]handlerState
 	handlerCtx   context.Context
 	stopHandlers context.CancelCauseFunc
 
@@ -171,6 +171,15 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.onMetadataDone(m)
 	case *handlerDone:
 		s.onHandlerDone(m)
+	case *handlerResting:
+		s.onHandlerResting(m)
+	case *wakeHandlers:
+		if s.stopping {
+			c.Respond(&stoppingReply{}) // the runtime asks the next activation
+			return
+		}
+		s.onWakeHandlers()
+		c.Respond(&handlersWoken{})
 	case *flushTick:
 		s.tickPending = false
 		s.tryFlush()
