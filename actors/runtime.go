@@ -567,6 +567,17 @@ func (r *Runtime) PassivateIdle() {
 	}
 }
 
+// count adds one to the session's count in counts (a map of r's, guarded
+// by r.mu) and returns the count before.
+func (r *Runtime) count(counts map[string]int, agent *Agent, session string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := key(agent.Name(), session)
+	n := counts[k]
+	counts[k] = n + 1
+	return n
+}
+
 // reactivateLater activates a session again after a short pause, once its
 // actor stopped on a write failure: the durable work it had (a model step,
 // a tool call) goes on from the store.
@@ -575,11 +586,7 @@ func (r *Runtime) PassivateIdle() {
 // that a session that keeps failing (a broken disk, a bug) does not spin;
 // a durable write resets it.
 func (r *Runtime) reactivateLater(agent *Agent, session string) {
-	r.mu.Lock()
-	k := key(agent.Name(), session)
-	n := r.failures[k]
-	r.failures[k] = n + 1
-	r.mu.Unlock()
+	n := r.count(r.failures, agent, session)
 	delay := 50 * time.Millisecond << min(n, 10)
 	if delay > 30*time.Second {
 		delay = 30 * time.Second
@@ -601,11 +608,7 @@ func (r *Runtime) reactivateLater(agent *Agent, session string) {
 // rest is handlerRest, doubled at each rest of the session's handlers
 // since one last succeeded, up to handlerMaxRest, and logged.
 func (r *Runtime) wakeHandlersLater(agent *Agent, session string) {
-	r.mu.Lock()
-	k := key(agent.Name(), session)
-	n := r.handlerRests[k]
-	r.handlerRests[k] = n + 1
-	r.mu.Unlock()
+	n := r.count(r.handlerRests, agent, session)
 	delay := handlerRestAfter(n)
 	r.opts.Logger.Info("a session's failing application handler rests", "session", session, "for", delay, "rests", n+1)
 	time.AfterFunc(delay, func() {
