@@ -42,6 +42,36 @@ func TestIDFilterHasNoFalseNegatives(t *testing.T) {
 	t.Logf("%d layers, false-positive rate %.4f", len(f.layers), float64(fp)/n)
 }
 
+// TestIDFilterFirstLayer: the store's first live layer holds a million
+// IDs, so that a few hundred thousand appended IDs stay in one layer with
+// few false positives, where layers grown from 4,096 each add their own
+// (idFilterFirstLayer).
+func TestIDFilterFirstLayer(t *testing.T) {
+	const n, probes = 300_000, 100_000
+	rate := func(first int) (float64, int) {
+		f := newIDFilter(10, first)
+		for i := range n {
+			f.add(fmt.Sprintf("id-%d", i))
+		}
+		fp := 0
+		for i := range probes {
+			if f.mayContain(fmt.Sprintf("other-%d", i)) {
+				fp++
+			}
+		}
+		return float64(fp) / probes, len(f.layers)
+	}
+	big, bigLayers := rate(idFilterFirstLayer)
+	small, smallLayers := rate(1 << 12)
+	t.Logf("%d IDs: first layer of a million: %d layers, %.4f false positives; of 4,096: %d layers, %.4f", n, bigLayers, big, smallLayers, small)
+	if bigLayers != 1 || big > 0.005 {
+		t.Errorf("from a first layer of a million, %d IDs took %d layers and %.4f false positives, want one layer and under 0.5%%", n, bigLayers, big)
+	}
+	if small < 2*big || small < 0.01 {
+		t.Errorf("layers grown from 4,096 gave %.4f false positives, not clearly more than %.4f: the first layer's size does not matter", small, big)
+	}
+}
+
 // TestIDFilterIsFilledOnReopen appends, reopens, waits for the background
 // scan, and checks that every stored ID is in the filter and that
 // duplicates are still recognised through it.

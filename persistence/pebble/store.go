@@ -188,7 +188,7 @@ func Open(dir string, opts Options) (st *Store, err error) {
 		return nil, err
 	}
 	if opts.IDFilterBitsPerKey >= 0 {
-		s.ids = newIDFilter(cmp.Or(opts.IDFilterBitsPerKey, defaultIDFilterBitsPerKey), 0)
+		s.ids = newIDFilter(cmp.Or(opts.IDFilterBitsPerKey, defaultIDFilterBitsPerKey), idFilterFirstLayer)
 		s.life.active++ // the scan is a call in progress; it calls leave
 		go s.scanIDs(s.ids, po.Logger)
 	}
