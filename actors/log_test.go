@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -300,6 +301,40 @@ func TestStartupRecoveryResumesCutShortWork(t *testing.T) {
 			after = ev.Index
 		}
 	}
+}
+
+// R-DELIVERY-05: the start-up scan visits sessions a few at a time
+// (recoveryParallelism), so that a store of many sessions never has more
+// than that many in memory because of it; every one passivates after.
+func TestStartupScanVisitsAFewSessionsAtATime(t *testing.T) {
+	const sessions = 200
+	f := newFixture(t, `{"default":{"text":"ok"}}`, nil)
+	passive := false
+	for i := range sessions {
+		id := fmt.Sprintf("m%d", i)
+		m := protocol.UIMessage{ID: id, Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: id}}}
+		f.push(fmt.Sprintf("s%03d", i), protocol.Inputs.Message(m, protocol.MessageOptions{Generate: &passive}))
+	}
+	f.close()
+	f.open(nil)
+	peak := 0
+	for done := false; !done; {
+		select {
+		case <-f.rt.Recovered():
+			done = true
+		case <-time.After(10 * time.Second):
+			t.Fatal("the start-up scan did not end in 10 s")
+		default:
+			peak = max(peak, f.rt.ActiveSessions())
+		}
+	}
+	if limit := recoveryParallelism(); peak > limit {
+		t.Fatalf("%d sessions active at once during the scan, more than its %d at a time", peak, limit)
+	}
+	if n := f.rt.ActiveSessions(); n != 0 {
+		t.Fatalf("%d sessions left active after the scan", n)
+	}
+	t.Logf("at most %d of %d sessions active at once during the scan", peak, sessions)
 }
 
 // Following a session nobody has written loads no actor (there is nothing
