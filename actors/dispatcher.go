@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -40,6 +41,17 @@ import (
 // when a goroutine enters a system call. A worker that finishes a run while
 // more than maxWorkers run outside blocking exits.
 //
+// A mailbox run returns when its mailbox is empty (protoactor yields with
+// runtime.Gosched every `throughput` messages but keeps the goroutine). Our
+// actors' messages take microseconds, so runs are short; but a mailbox fed
+// faster than it drains would hold its worker, and maxWorkers of them
+// would leave the queue waiting. So while runs are queued a watchdog looks
+// every stallAfter: if no worker took a run from the queue since its last
+// look, it starts one more worker, beyond the bound, for the first queued
+// run (it exits after that run). Runs then wait at most about stallAfter
+// each, whatever the other mailboxes do; on a node that is merely busy the
+// queue moves and the watchdog starts nothing.
+//
 // The queue holds at most one run per mailbox (protoactor schedules a
 // mailbox only while it is idle), so it is bounded by the number of live
 // actors. Workers exit when the dispatcher is closed, after the queue is
@@ -57,6 +69,11 @@ type reuseDispatcher struct {
 	blocked   int64 // runs inside blocking
 	closed    bool  // set by close
 
+	stallAfter time.Duration
+	popped     uint64 // runs taken from the queue
+	watching   bool   // a watchdog look is due
+	stalls     int    // workers the watchdog started
+
 	workers atomic.Int64 // live worker goroutines (changed under mu)
 	started atomic.Int64 // worker goroutines ever started
 }
@@ -66,8 +83,12 @@ type reuseDispatcher struct {
 // that wait on the store's reads (an activation on PostgreSQL).
 func maxWorkers() int64 { return int64(max(128, 4*runtime.GOMAXPROCS(0))) }
 
+// stallAfter is how long queued runs wait with no worker taking any before
+// the watchdog starts one more.
+const stallAfter = 5 * time.Millisecond
+
 func newReuseDispatcher(throughput int) *reuseDispatcher {
-	d := &reuseDispatcher{throughput: throughput, maxWorkers: maxWorkers()}
+	d := &reuseDispatcher{throughput: throughput, maxWorkers: maxWorkers(), stallAfter: stallAfter}
 	d.wake = sync.NewCond(&d.mu)
 	return d
 }
@@ -95,7 +116,44 @@ func (d *reuseDispatcher) Schedule(fn func()) {
 	default:
 		// Every worker is busy: the first to finish takes it.
 		d.queue = append(d.queue, fn)
+		d.watch()
 		d.mu.Unlock()
+	}
+}
+
+// watch arms the watchdog unless it is armed; d.mu is held.
+func (d *reuseDispatcher) watch() {
+	if d.watching || d.closed {
+		return
+	}
+	d.watching = true
+	seen := d.popped
+	time.AfterFunc(d.stallAfter, func() { d.look(seen) })
+}
+
+// look is the watchdog: runs are queued, and if no worker has taken one
+// since seen, every worker is in a long run, and one more worker starts
+// with the first queued run. It watches on while runs are queued.
+func (d *reuseDispatcher) look(seen uint64) {
+	d.mu.Lock()
+	d.watching = false
+	if d.closed || d.head == len(d.queue) {
+		d.mu.Unlock()
+		return
+	}
+	var next func()
+	if d.popped == seen && d.waiting == d.signalled {
+		next = d.pop()
+		d.workers.Add(1)
+		d.started.Add(1)
+		d.stalls++
+	}
+	if d.head < len(d.queue) {
+		d.watch()
+	}
+	d.mu.Unlock()
+	if next != nil {
+		go d.worker(next)
 	}
 }
 
@@ -135,6 +193,7 @@ func (d *reuseDispatcher) worker(fn func()) {
 // queue that never empties (a saturated node) moves its runs to the front
 // once half of the array is taken, so it stays within twice its length.
 func (d *reuseDispatcher) pop() func() {
+	d.popped++
 	fn := d.queue[d.head]
 	d.queue[d.head] = nil
 	d.head++

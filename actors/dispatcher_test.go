@@ -19,6 +19,7 @@ func TestDispatcherBlocking(t *testing.T) {
 			name := fmt.Sprintf("queuedBefore=%v/blocking=%v", queuedBefore, viaBlocking)
 			d := newReuseDispatcher(mailboxThroughput)
 			d.maxWorkers = 1
+			d.stallAfter = time.Hour // the watchdog (TestDispatcherWatchdog) stays out
 			enter, release, inIO := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			d.Schedule(func() {
 				<-enter
@@ -61,6 +62,59 @@ func TestDispatcherBlocking(t *testing.T) {
 	}
 }
 
+// TestDispatcherWatchdog: when every worker is held by a long run (a
+// mailbox fed faster than it drains), queued runs still run: the watchdog
+// starts one more worker each time the queue has not moved for stallAfter,
+// and those workers leave after their run. A queue that moves (one worker
+// draining a thousand short runs) starts none.
+func TestDispatcherWatchdog(t *testing.T) {
+	d := newReuseDispatcher(mailboxThroughput)
+	d.maxWorkers = 2
+	d.stallAfter = 10 * time.Millisecond
+	release := make(chan struct{})
+	var holding sync.WaitGroup
+	holding.Add(2)
+	for range 2 {
+		d.Schedule(func() { holding.Done(); <-release })
+	}
+	holding.Wait()
+	runAll(t, d, 3, "three runs queued behind two long ones")
+	if stalls := stallsOf(d); stalls != 3 {
+		t.Errorf("the watchdog started %d workers for 3 stuck runs, want 3", stalls)
+	}
+	close(release)
+	if w := settle(d, 2); w != 2 {
+		t.Errorf("%d workers after the long runs ended, want the bound, 2", w)
+	}
+	d.close()
+
+	moving := newReuseDispatcher(mailboxThroughput)
+	moving.maxWorkers = 1
+	moving.stallAfter = time.Second
+	runAll(t, moving, 1000, "a thousand short runs on one worker")
+	if stalls := stallsOf(moving); stalls != 0 {
+		t.Errorf("the watchdog started %d workers while the queue moved", stalls)
+	}
+	moving.close()
+}
+
+// runAll schedules n empty runs on d and waits (10 s at most) for them.
+func runAll(t *testing.T, d *reuseDispatcher, n int, what string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for range n {
+		d.Schedule(wg.Done)
+	}
+	waitOrFail(t, &wg, what)
+}
+
+func stallsOf(d *reuseDispatcher) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stalls
+}
+
 // TestReuseDispatcher: a scheduled run always runs and Schedule never
 // waits, even while every worker is busy (so an actor scheduling another
 // from a worker cannot deadlock the pool); no more than maxWorkers
@@ -71,6 +125,7 @@ func TestReuseDispatcher(t *testing.T) {
 	d := newReuseDispatcher(mailboxThroughput)
 	const workers = 8
 	d.maxWorkers = workers
+	d.stallAfter = time.Hour // the watchdog (TestDispatcherWatchdog) stays out
 
 	// One run schedules the others from inside its worker, and all block
 	// until released: the first `workers` start, the rest queue.
@@ -164,6 +219,7 @@ func TestReuseDispatcher(t *testing.T) {
 	// scheduled (with more, they start in that order on several workers).
 	one := newReuseDispatcher(mailboxThroughput)
 	one.maxWorkers = 1
+	one.stallAfter = time.Hour
 	gate, seq := make(chan struct{}), make(chan int, 100)
 	one.Schedule(func() { <-gate })
 	for i := 0; i < 100; i++ {
