@@ -480,6 +480,47 @@ func TestOpeningChunksAreWrittenAtOnce(t *testing.T) {
 	}
 }
 
+// The lanes' recycled chunk batches hold on to nothing once recycled:
+// writtenBufs extends each batch over what the session's appends wrote
+// into its spare capacity (or, once the appends moved to an array of their
+// own, over its whole capacity), and recycleChunkBufs clears that.
+func TestRecycledChunkBatchesAreCleared(t *testing.T) {
+	chunk := func(d string) protocol.UIMessageChunk {
+		return protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t", Delta: d}
+	}
+	for _, tc := range []struct {
+		name   string
+		first  int // capacity of the first batch
+		later  int // chunks handed over after it, in batches of one
+		inside bool
+	}{
+		{"one hand-over", 16, 0, true},
+		{"appended in place", 16, 5, true},
+		{"appended past the first batch's capacity", 4, 5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := append(make([]protocol.UIMessageChunk, 0, tc.first), chunk("a"))
+			bufs := [][]protocol.UIMessageChunk{first}
+			chunks := first // as onLane does: the first hand-over, then appends
+			for i := range tc.later {
+				b := []protocol.UIMessageChunk{chunk(fmt.Sprint(i))}
+				bufs = append(bufs, b)
+				chunks = append(chunks, b...)
+			}
+			if inside := &chunks[0] == &first[0]; inside != tc.inside {
+				t.Fatalf("the concatenation lies in the first batch: %v, want %v", inside, tc.inside)
+			}
+			whole := first[:cap(first)] // the first batch's array, to inspect
+			recycleChunkBufs(writtenBufs(chunks, bufs))
+			for i, c := range whole {
+				if c.Type != "" || c.ID != "" || c.Delta != "" {
+					t.Fatalf("element %d of the first batch's array after recycling: %+v, want cleared", i, c)
+				}
+			}
+		})
+	}
+}
+
 // R-LOG-09 R-LOG-10 R-DELIVERY-03: an identical resubmission replays the
 // stored events without new work; a conflicting reuse is rejected before
 // append.
