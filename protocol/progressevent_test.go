@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -68,4 +69,96 @@ func TestNewProgressEventFoldsLikeItsPayload(t *testing.T) {
 	if !bytes.Contains(a, []byte("\uFFFD")) || !bytes.Contains(a, []byte(`{"item":`)) {
 		t.Fatal("the mutated chunks did not reach the state; the test checks nothing")
 	}
+}
+
+// FuzzDeltaChunk: appendDeltaChunk, when it takes a chunk, writes exactly
+// json.Marshal's bytes for it; when it does not, it appends nothing.
+func FuzzDeltaChunk(f *testing.F) {
+	for _, s := range []string{"Hello", "line\nbreak", `"quoted" \ back`, "<b>&amp;</b>", "tab\there\r", "héllo wörld ✓",
+		"\x00\x1f", "\xff", "a\u2028b", "", "t1796054852202342578 "} {
+		f.Add(ChunkTextDelta, "t0", s)
+	}
+	f.Add(ChunkReasoningDelta, "", "thinking")
+	f.Add("text-<start>", "id\"x", "")
+	f.Fuzz(func(t *testing.T, typ, id, delta string) {
+		c := UIMessageChunk{Type: typ, ID: id, Delta: delta}
+		prefix := []byte("prefix")
+		got, ok := appendDeltaChunk(prefix, &c)
+		if !ok {
+			if string(got) != "prefix" {
+				t.Fatalf("declined %+v but appended: %q", c, got)
+			}
+			return
+		}
+		want, err := json.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[len(prefix):], want) {
+			t.Fatalf("chunk %+v:\n got %s\nwant %s", c, got[len(prefix):], want)
+		}
+	})
+}
+
+// TestOnlyTypeIDDeltaSeesEveryField: setting any field of UIMessageChunk
+// other than Type, ID and Delta takes the chunk off appendDeltaChunk's fast
+// path, so that a field added to UIMessageChunk cannot be dropped from a
+// payload by it.
+func TestOnlyTypeIDDeltaSeesEveryField(t *testing.T) {
+	base := UIMessageChunk{Type: ChunkTextDelta, ID: "t", Delta: "d"}
+	if !onlyTypeIDDelta(&base) {
+		t.Fatal("a plain text delta is not taken")
+	}
+	yes := true
+	rt := reflect.TypeOf(base)
+	for i := range rt.NumField() {
+		name := rt.Field(i).Name
+		if name == "Type" || name == "ID" || name == "Delta" {
+			continue
+		}
+		c := base
+		f := reflect.ValueOf(&c).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Pointer:
+			f.Set(reflect.ValueOf(&yes))
+		case reflect.Slice:
+			f.SetBytes([]byte(`{}`))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to set it", name, f.Kind())
+		}
+		if onlyTypeIDDelta(&c) {
+			t.Errorf("a chunk with %s set is taken as a plain delta", name)
+		}
+	}
+}
+
+// BenchmarkNewProgressEvent builds a progress event of 10 text deltas (one
+// network read of a provider's stream), through appendDeltaChunk and, as
+// the baseline in the same run, through encoding/json alone.
+func BenchmarkNewProgressEvent(b *testing.B) {
+	chunks := make([]UIMessageChunk, 10)
+	for i := range chunks {
+		chunks[i] = UIMessageChunk{Type: ChunkTextDelta, ID: "t0", Delta: " the quick brown fox"}
+	}
+	p := GenerationProgress{GenerationID: "a2.ai:0123456789abcdef", FromIndex: 42, Chunks: chunks}
+	b.Run("NewProgressEvent", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := NewProgressEvent("a2.ai:p", "a2.ai:c", p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
