@@ -2,7 +2,9 @@ package protocol
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Work kinds named by Pending.
@@ -123,11 +125,16 @@ func AppendPending(dst []Work, p WorkPolicy, s *AIState) []Work {
 		out = append(out, s.pendingTools(p)...)
 	}
 	if !p.NoMetadata {
-		for _, model := range sortedKeys(s.ModelMetadata) {
-			if s.ModelMetadata[model].Status == MetadataPending {
+		// The pending lookups in model order. Only those are sorted: the
+		// map holds every model the session used, almost all resolved,
+		// and Pending runs after every write.
+		from := len(out)
+		for model, m := range s.ModelMetadata {
+			if m.Status == MetadataPending {
 				out = append(out, Work{Kind: WorkMetadata, Model: model})
 			}
 		}
+		slices.SortFunc(out[from:], func(a, b Work) int { return strings.Compare(a.Model, b.Model) })
 	}
 	return append(out, s.pendingHandlers()...)
 }
