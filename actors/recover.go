@@ -51,7 +51,6 @@ func (r *Runtime) recoverSessions(ctx context.Context) {
 	// A few sessions at a time: the visits overlap one session's reads
 	// with another's fold, and memory stays bounded.
 	slots := make(chan struct{}, recoveryParallelism())
-	defer wg.Wait()
 	for _, st := range stores {
 		agents := byStore[st]
 		for after := ""; ctx.Err() == nil; {
