@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/a2-runtime/a2/internal/jsonstr"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -184,19 +185,13 @@ func appendEnvelope(dst []byte, ev protocol.Event) []byte {
 	return append(dst, '}')
 }
 
-// appendString appends s as a JSON string: as it is when every byte is
-// printable ASCII other than a quote or a backslash (IDs and types almost
-// always are), else as json.Marshal encodes it.
+// appendString appends s as a JSON string, as json.Marshal writes it.
 func appendString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			b, _ := json.Marshal(s) // a string always encodes
-			return append(dst, b...)
-		}
+	if b, ok := jsonstr.Append(dst, s); ok {
+		return b
 	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
+	b, _ := json.Marshal(s) // a string always encodes
+	return append(dst, b...)
 }
 
 // oneLine keeps a string on one SSE line.
