@@ -592,14 +592,8 @@ func (r *Runtime) reactivateLater(agent *Agent, session string) {
 		delay = 30 * time.Second
 	}
 	r.opts.Logger.Warn("reactivating a session after a write failure", "session", session, "in", delay, "failures", n+1)
-	time.AfterFunc(delay, func() {
-		r.mu.Lock()
-		closed := r.closed
-		r.mu.Unlock()
-		if !closed {
-			_, _ = r.pid(agent, session)
-		}
-	})
+	// pid activates nothing once the runtime is closed (ErrClosed).
+	time.AfterFunc(delay, func() { _, _ = r.pid(agent, session) })
 }
 
 // wakeHandlersLater asks the session, after a rest, to run its resting
@@ -612,12 +606,6 @@ func (r *Runtime) wakeHandlersLater(agent *Agent, session string) {
 	delay := handlerRestAfter(n)
 	r.opts.Logger.Info("a session's failing application handler rests", "session", session, "for", delay, "rests", n+1)
 	time.AfterFunc(delay, func() {
-		r.mu.Lock()
-		closed := r.closed
-		r.mu.Unlock()
-		if closed {
-			return
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.opts.RequestTimeout)
 		defer cancel()
 		if _, err := r.request(ctx, agent, session, &wakeHandlers{}); err != nil && !errors.Is(err, ErrClosed) {
