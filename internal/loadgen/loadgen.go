@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +17,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/a2-runtime/a2/client"
+	"github.com/a2-runtime/a2/protocol"
 )
 
 // Options configure Run.
@@ -77,6 +79,11 @@ func Run(ctx context.Context, o Options) Result {
 		res Result
 		wg  sync.WaitGroup
 	)
+	pusher, err := client.New(o.URL, o.Agent, client.Options{HTTPClient: o.Client})
+	if err != nil {
+		res.Errors = append(res.Errors, err)
+		return res
+	}
 	for s := 0; s < o.Streams; s++ {
 		wg.Add(1)
 		go func() {
@@ -88,7 +95,7 @@ func Run(ctx context.Context, o Options) Result {
 			}
 			tctx, cancel := context.WithTimeout(ctx, o.Timeout)
 			defer cancel()
-			gaps, deltas, err := Turn(tctx, o.Client, o.URL, o.Agent, fmt.Sprintf("%s-%d", o.Prefix, s), o.Text)
+			gaps, deltas, err := turn(tctx, o.Client, pusher, o.URL, o.Agent, fmt.Sprintf("%s-%d", o.Prefix, s), o.Text)
 			mu.Lock()
 			defer mu.Unlock()
 			res.Deltas += deltas
@@ -105,12 +112,14 @@ func Run(ctx context.Context, o Options) Result {
 	return res
 }
 
-// Turn opens session's stream, sends text as a user message, and reads the
-// stream until the answer's finish chunk. It returns the gaps between
-// consecutive text deltas (the deltas of one event arrive together: one
-// gap) and the number of deltas; an error when the stream ends before the
-// finish chunk or a request fails.
-func Turn(ctx context.Context, hc *http.Client, base, agent, session, text string) ([]time.Duration, int, error) {
+// turn opens session's stream, sends text as a user message (with the Go
+// client), and reads the stream until the answer's finish chunk. It returns
+// the gaps between consecutive text deltas (the deltas of one event arrive
+// together: one gap) and the number of deltas; an error when the stream
+// ends before the finish chunk or a request fails. The stream is read as
+// raw server-sent events, not through the client's folding session, so
+// that the clients cost little beside the node they measure.
+func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, agent, session, text string) ([]time.Duration, int, error) {
 	if text == "" {
 		text = "hi"
 	}
@@ -127,8 +136,8 @@ func Turn(ctx context.Context, hc *http.Client, base, agent, session, text strin
 	if resp.StatusCode != http.StatusOK {
 		return nil, 0, fmt.Errorf("%s: stream: %s", session, resp.Status)
 	}
-	if err := send(ctx, hc, prefix+"/events", "q-"+session, text); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", session, err)
+	if _, err := pusher.Push(ctx, session, protocol.Inputs.Text("q-"+session, text)); err != nil {
+		return nil, 0, fmt.Errorf("%s: push: %w", session, err)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
@@ -158,43 +167,4 @@ func Turn(ctx context.Context, hc *http.Client, base, agent, session, text strin
 		err = io.ErrUnexpectedEOF
 	}
 	return gaps, deltas, fmt.Errorf("%s: the stream ended before the answer finished: %w", session, err)
-}
-
-// send pushes a user message with ID id.
-func send(ctx context.Context, hc *http.Client, url, id, text string) error {
-	type part struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	type message struct {
-		ID    string `json:"id"`
-		Role  string `json:"role"`
-		Parts []part `json:"parts"`
-	}
-	payload, err := json.Marshal(struct {
-		Action  string  `json:"action"`
-		Message message `json:"message"`
-	}{"send", message{id, "user", []part{{"text", text}}}})
-	if err != nil {
-		return err
-	}
-	body, err := json.Marshal(map[string]any{"events": []map[string]any{{"id": id, "type": "ai.control.requested", "payload": json.RawMessage(payload)}}})
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("push: %w", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("push: %s: %s", resp.Status, bytes.TrimSpace(b))
-	}
-	return nil
 }
