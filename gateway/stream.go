@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/a2-runtime/a2/internal/jsonstr"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -187,7 +186,7 @@ func appendEnvelope(dst []byte, ev protocol.Event) []byte {
 
 // appendString appends s as a JSON string, as json.Marshal writes it.
 func appendString(dst []byte, s string) []byte {
-	if b, ok := jsonstr.Append(dst, s); ok {
+	if b, ok := protocol.AppendJSONString(dst, s); ok {
 		return b
 	}
 	b, _ := json.Marshal(s) // a string always encodes

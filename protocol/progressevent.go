@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
-
-	"github.com/a2-runtime/a2/internal/jsonstr"
 )
 
 // decodedProgress is the payload of a progress event as Fold needs it: each
@@ -131,14 +129,14 @@ func appendDeltaChunk(dst []byte, c *UIMessageChunk) ([]byte, bool) {
 	}
 	start := len(dst)
 	dst = append(dst, `{"type":`...)
-	dst, ok := jsonstr.Append(dst, c.Type)
+	dst, ok := AppendJSONString(dst, c.Type)
 	if ok && c.ID != "" {
 		dst = append(dst, `,"id":`...)
-		dst, ok = jsonstr.Append(dst, c.ID)
+		dst, ok = AppendJSONString(dst, c.ID)
 	}
 	if ok && c.Delta != "" {
 		dst = append(dst, `,"delta":`...)
-		dst, ok = jsonstr.Append(dst, c.Delta)
+		dst, ok = AppendJSONString(dst, c.Delta)
 	}
 	if !ok {
 		return dst[:start], false
@@ -156,4 +154,60 @@ func onlyTypeIDDelta(c *UIMessageChunk) bool {
 		c.Signature == "" && c.SourceID == "" && c.URL == "" && c.MediaType == "" && c.Filename == "" &&
 		c.Data == nil && !c.Transient && c.MessageID == "" && c.MessageMeta == nil && c.FinishReason == "" &&
 		c.Reason == "" && c.ToolMetadata == nil && c.ProviderMetadata == nil
+}
+
+// AppendJSONString appends s as encoding/json writes a string (escaping HTML
+// characters, as json.Marshal does), and reports true, for strings of valid
+// UTF-8 whose only characters to escape are quotes, backslashes, tabs,
+// newlines, carriage returns and <, >, &. For anything else (other control
+// characters, invalid UTF-8, U+2028, U+2029) it returns dst as it was and
+// false: the caller encodes s with encoding/json. NewProgressEvent uses it
+// for deltas, the gateway for its event envelopes; FuzzDeltaChunk and the
+// gateway's FuzzEnvelope compare it with encoding/json.
+func AppendJSONString(dst []byte, s string) ([]byte, bool) {
+	start := len(dst)
+	dst = append(dst, '"')
+	last := 0 // s[last:i] is still to copy
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+				return dst[:start], false
+			}
+			i += size
+			continue
+		}
+		var esc string
+		switch b {
+		case '"':
+			esc = `\"`
+		case '\\':
+			esc = `\\`
+		case '\n':
+			esc = `\n`
+		case '\r':
+			esc = `\r`
+		case '\t':
+			esc = `\t`
+		case '<':
+			esc = `\u003c`
+		case '>':
+			esc = `\u003e`
+		case '&':
+			esc = `\u0026`
+		default:
+			if b < 0x20 {
+				return dst[:start], false
+			}
+			i++
+			continue
+		}
+		dst = append(dst, s[last:i]...)
+		dst = append(dst, esc...)
+		i++
+		last = i
+	}
+	dst = append(dst, s[last:]...)
+	return append(dst, '"'), true
 }
