@@ -42,6 +42,17 @@ type Options struct {
 	// Catalog serves model-metadata lookups (nil: no lookups; entries stay
 	// pending).
 	Catalog Catalog
+	// Places, when set, says whether a session is placed on this runtime
+	// (a cluster member: the hash over the live members places it here and
+	// no handoff of it is under way). The runtime activates no session it
+	// does not place, whoever asks (a request, the start-up scan, a timer):
+	// such a request fails with ErrMoved. Nil places every session here
+	// (a single node).
+	Places func(session string) bool
+	// RecoverLater defers the start-up scan (SkipRecovery) until
+	// StartRecovery is called: a cluster member scans once it knows which
+	// sessions the cluster places on it.
+	RecoverLater bool
 }
 
 func (o Options) withDefaults() Options {
@@ -69,6 +80,10 @@ var (
 	ErrClosed                = errors.New("actors: runtime closed")
 	ErrPartialDuplicateBatch = persistence.ErrPartialDuplicateBatch
 	ErrUnavailable           = errors.New("actors: session unavailable")
+	// ErrMoved is a request for a session that this runtime does not place
+	// (Options.Places): another member serves it. It is an ErrUnavailable,
+	// so that a caller that does not route answers 503.
+	ErrMoved = fmt.Errorf("%w: the session is placed on another member", ErrUnavailable)
 )
 
 // Runtime runs the session actors of a set of agents over one store, in one
@@ -98,8 +113,9 @@ type Runtime struct {
 
 	// stopRecovery ends the start-up scan (recover.go); recovered closes
 	// when it has returned.
-	stopRecovery context.CancelFunc
-	recovered    chan struct{}
+	stopRecovery    context.CancelFunc
+	recovered       chan struct{}
+	recoveryStarted bool
 }
 
 // New starts a runtime.
@@ -118,12 +134,25 @@ func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, erro
 	r.recovered = make(chan struct{})
 	if opts.SkipRecovery {
 		close(r.recovered)
-	} else {
-		var ctx context.Context
-		ctx, r.stopRecovery = context.WithCancel(context.Background())
-		go r.recoverSessions(ctx)
+	} else if !opts.RecoverLater {
+		r.StartRecovery()
 	}
 	return r, nil
+}
+
+// StartRecovery starts the start-up scan in the background, once: New
+// starts it unless Options.SkipRecovery or Options.RecoverLater is set.
+// Later calls, and calls on a closed runtime, do nothing.
+func (r *Runtime) StartRecovery() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.opts.SkipRecovery || r.recoveryStarted || r.closed {
+		return
+	}
+	r.recoveryStarted = true
+	var ctx context.Context
+	ctx, r.stopRecovery = context.WithCancel(context.Background())
+	go r.recoverSessions(ctx)
 }
 
 // Recovered returns a channel that closes when the start-up scan
@@ -189,6 +218,9 @@ func (r *Runtime) spawn(agent *Agent, session string) (p *actor.PID, spawned boo
 	k := key(agent.Name(), session)
 	if p, ok := r.sessions[k]; ok {
 		return p, false, nil
+	}
+	if r.opts.Places != nil && !r.opts.Places(session) {
+		return nil, false, ErrMoved
 	}
 	s := &sessionActor{rt: r, agent: agent, id: session, store: r.storeOf(agent)}
 	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithDispatcher(r.dispatcher),
@@ -359,38 +391,62 @@ func (r *Runtime) Push(ctx context.Context, agentName, session string, events []
 // nobody wrote to reads as the initial state at index 0, without
 // activating an actor for it: reads of unknown sessions cost no memory.
 func (r *Runtime) State(ctx context.Context, agentName, session string) (*protocol.SessionState, uint64, error) {
-	a, err := r.agent(agentName)
+	a, b, index, err := r.state(ctx, agentName, session)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := protocol.ValidateCallerID("session", session); err != nil {
+	if b == nil {
+		return a.contract.NewState(), 0, nil
+	}
+	st, err := a.contract.UnmarshalState(b)
+	if err != nil {
 		return nil, 0, err
+	}
+	return st, index, nil
+}
+
+// StateJSON is State as the state's JSON (SessionState.MarshalJSON), for a
+// node that answers another: it decodes nothing.
+func (r *Runtime) StateJSON(ctx context.Context, agentName, session string) ([]byte, uint64, error) {
+	a, b, index, err := r.state(ctx, agentName, session)
+	if err != nil || b != nil {
+		return b, index, err
+	}
+	b, err = a.contract.NewState().MarshalJSON()
+	return b, 0, err
+}
+
+// state returns the session's state as JSON, nil for a session nobody
+// wrote to.
+func (r *Runtime) state(ctx context.Context, agentName, session string) (*Agent, []byte, uint64, error) {
+	a, err := r.agent(agentName)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return nil, nil, 0, err
 	}
 	if !r.active(a, session) {
 		last, err := r.storeOf(a).LastIndex(ctx, session)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, 0, ctx.Err()
+				return nil, nil, 0, ctx.Err()
 			}
-			return nil, 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return nil, nil, 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		if last == 0 {
-			return a.contract.NewState(), 0, nil
+			return a, nil, 0, nil
 		}
 	}
 	res, err := r.request(ctx, a, session, &sessionpb.StateRequest{Agent: agentName, Session: session})
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	resp := res.(*sessionpb.StateResponse)
 	if resp.Error != nil {
-		return nil, 0, fromPBError(resp.Error)
+		return nil, nil, 0, fromPBError(resp.Error)
 	}
-	st, err := a.contract.UnmarshalState(resp.State)
-	if err != nil {
-		return nil, 0, err
-	}
-	return st, resp.Index, nil
+	return a, resp.State, resp.Index, nil
 }
 
 // Subscribe streams the agent's session's durable events with an index
@@ -529,11 +585,17 @@ func (r *Runtime) Close() {
 		return
 	}
 	r.closed = true
+	scanning := r.recoveryStarted
 	r.mu.Unlock()
 	if r.stopRecovery != nil {
 		r.stopRecovery()
 	}
-	<-r.recovered // it activates nothing more: the runtime is closed
+	switch {
+	case scanning:
+		<-r.recovered // it activates nothing more: the runtime is closed
+	case !r.opts.SkipRecovery:
+		close(r.recovered) // deferred (RecoverLater) and never started
+	}
 	r.mu.Lock()
 	pids := make([]*actor.PID, 0, len(r.sessions))
 	for _, p := range r.sessions {
@@ -541,11 +603,88 @@ func (r *Runtime) Close() {
 	}
 	r.mu.Unlock()
 	for _, p := range pids {
-		_ = r.system.Root.PoisonFuture(p).Wait()
+		r.release(p)
+	}
+	for _, p := range pids {
+		<-r.doneOf(p)
 	}
 	r.wg.Wait()
 	r.system.Shutdown()
 	r.dispatcher.close()
+}
+
+// release asks a session actor to stop once its write in flight, if any,
+// is durable (releaseSession).
+func (r *Runtime) release(p *actor.PID) { r.system.Root.Send(p, &releaseSession{}) }
+
+// Release stops the session's actors (of every agent) on this runtime, each
+// once its write in flight is durable, and returns when they have stopped
+// or ctx ends. Requests that reach them meanwhile are answered as for a
+// stopped session: the runtime retries them on a fresh activation, which
+// Options.Places then refuses with ErrMoved on a member that handed the
+// session off. A cluster member releases a session before another member
+// activates it, so that the session never runs on two members at once.
+func (r *Runtime) Release(ctx context.Context, session string) error {
+	r.mu.Lock()
+	var pids []*actor.PID
+	for name := range r.agents {
+		if p, ok := r.sessions[key(name, session)]; ok {
+			pids = append(pids, p)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range pids {
+		r.release(p)
+	}
+	for _, p := range pids {
+		select {
+		case <-r.doneOf(p):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// ActiveSession is a session with an active actor.
+type ActiveSession struct {
+	Agent, Session string
+}
+
+// Active lists the sessions with an active actor, in no order.
+func (r *Runtime) Active() []ActiveSession {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ActiveSession, 0, len(r.sessions))
+	for k := range r.sessions {
+		agent, session, _ := strings.Cut(k, "\x00")
+		out = append(out, ActiveSession{Agent: agent, Session: session})
+	}
+	return out
+}
+
+// IsActive reports whether the session has an active actor, of any agent.
+func (r *Runtime) IsActive(session string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name := range r.agents {
+		if _, ok := r.sessions[key(name, session)]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Activate activates the agent's session, so that its pending work runs
+// without waiting for a request (a cluster member that takes a session
+// over from one that left); ErrMoved if Options.Places refuses it.
+func (r *Runtime) Activate(agentName, session string) error {
+	a, err := r.agent(agentName)
+	if err != nil {
+		return err
+	}
+	_, err = r.pid(a, session)
+	return err
 }
 
 // mailboxThroughput is how many messages a mailbox run processes before it
@@ -654,6 +793,12 @@ func (r *Runtime) ActiveSessions() int {
 	return len(r.sessions)
 }
 
+// EventToPB is the wire form of an event.
+func EventToPB(ev protocol.Event) *sessionpb.Event { return toPB(ev) }
+
+// EventsFromPB are the events of their wire form.
+func EventsFromPB(es []*sessionpb.Event) []protocol.Event { return fromPBs(es) }
+
 func toPB(ev protocol.Event) *sessionpb.Event {
 	return &sessionpb.Event{Id: ev.ID, Type: ev.Type, Payload: ev.Payload, Index: ev.Index, Session: ev.Session, Time: ev.Time, Cause: ev.Cause}
 }
@@ -676,6 +821,10 @@ const (
 	CodePartialDuplicate = "PARTIAL_DUPLICATE_BATCH"
 	CodeUnavailable      = "UNAVAILABLE"
 	CodeSessionOwned     = "SESSION_OWNED"
+	CodeMoved            = "MOVED"
+	CodeUnknownAgent     = "UNKNOWN_AGENT"
+	CodeClosed           = "CLOSED"
+	CodeTimeout          = "TIMEOUT"
 	CodeInternal         = "INTERNAL"
 )
 
@@ -686,6 +835,14 @@ func toPBError(err error) *sessionpb.Error {
 		return &sessionpb.Error{Code: CodeInvalid, Message: ve.Message, Field: ve.Field}
 	case errors.Is(err, persistence.ErrPartialDuplicateBatch):
 		return &sessionpb.Error{Code: CodePartialDuplicate, Message: err.Error()}
+	case errors.Is(err, ErrMoved):
+		return &sessionpb.Error{Code: CodeMoved, Message: err.Error()}
+	case errors.Is(err, ErrUnknownAgent):
+		return &sessionpb.Error{Code: CodeUnknownAgent, Message: err.Error()}
+	case errors.Is(err, ErrClosed):
+		return &sessionpb.Error{Code: CodeClosed, Message: err.Error()}
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return &sessionpb.Error{Code: CodeTimeout, Message: err.Error()}
 	case errors.Is(err, ErrUnavailable):
 		return &sessionpb.Error{Code: CodeUnavailable, Message: err.Error()}
 	case errors.Is(err, ErrSessionOwned):
@@ -694,8 +851,25 @@ func toPBError(err error) *sessionpb.Error {
 	return &sessionpb.Error{Code: CodeInternal, Message: err.Error()}
 }
 
+// ToPBError is the wire form of an error of the runtime's API (the codes
+// above), for a node that answers another.
+func ToPBError(err error) *sessionpb.Error { return toPBError(err) }
+
+// FromPBError is the error of the runtime's API that a wire error stands
+// for: errors.Is and errors.As see the same sentinels and
+// *protocol.ValidationError as on the node that sent it.
+func FromPBError(e *sessionpb.Error) error { return fromPBError(e) }
+
 func fromPBError(e *sessionpb.Error) error {
 	switch e.Code {
+	case CodeMoved:
+		return ErrMoved
+	case CodeUnknownAgent:
+		return fmt.Errorf("%w%s", ErrUnknownAgent, strings.TrimPrefix(e.Message, ErrUnknownAgent.Error()))
+	case CodeClosed:
+		return ErrClosed
+	case CodeTimeout:
+		return fmt.Errorf("%w: %s", context.DeadlineExceeded, e.Message)
 	case CodeInvalid:
 		return &protocol.ValidationError{Field: e.Field, Message: e.Message}
 	case CodePartialDuplicate:

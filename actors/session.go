@@ -51,6 +51,9 @@ type sessionActor struct {
 	tickPending bool
 	flushQueued bool // a flushNow is in the mailbox
 	stopping    bool
+	// releasing: the session stops once its write in flight is durable
+	// (releaseSession); it admits nothing more meanwhile.
+	releasing bool
 
 	sinceSnapshot      int
 	sinceSnapshotBytes int
@@ -113,6 +116,12 @@ type flushNow struct{}
 
 // passivateIdle asks a session to passivate now if it is idle.
 type passivateIdle struct{}
+
+// releaseSession asks a session to stop once its write in flight, if any,
+// is durable, busy or not (Runtime.Release, Runtime.Close): what it has
+// queued is answered as by a stopped session, and the work it runs stops
+// with it, to be superseded and resumed by its next activation.
+type releaseSession struct{}
 
 // recoverProbe asks a session the start-up scan activated whether it has
 // work to do (recover.go); it answers a recoverReply and passivates if not.
@@ -186,6 +195,11 @@ func (s *sessionActor) Receive(c actor.Context) {
 	case *flushNow:
 		s.flushQueued = false
 		s.tryFlush()
+	case *releaseSession:
+		s.releasing = true
+		if !s.writing {
+			s.stop()
+		}
 	case *actor.ReceiveTimeout, *passivateIdle:
 		if s.broken != nil {
 			s.stop()
@@ -327,7 +341,7 @@ func (s *sessionActor) stateResponse() *sessionpb.StateResponse {
 // onPush answers a replay at once (R-LOG-09), refuses a conflicting reuse
 // of IDs (R-LOG-10) and queues new events.
 func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
-	if s.stopping {
+	if s.stopping || s.releasing {
 		c.Respond(&stoppingReply{})
 		return
 	}
@@ -587,6 +601,10 @@ func (s *sessionActor) onWriteDone(m *writeDone) {
 	}
 	s.waiters = nil
 	s.maybeSnapshot(m.stored)
+	if s.releasing {
+		s.stop()
+		return
+	}
 	s.reconcile()
 	s.flushSoon()
 }

@@ -1,0 +1,78 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// A cluster member's runtime activates only the sessions the cluster
+// places on it (Options.Places): a request for another is ErrMoved (an
+// ErrUnavailable, so that a caller that does not route answers 503), and
+// nothing is appended for it.
+func TestPlacesRefusesSessionsPlacedElsewhere(t *testing.T) {
+	g := newFixtureWith(t, `{"default":{"text":"here"}}`, Options{Places: func(session string) bool { return session != "away" }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := g.rt.Push(ctx, "assistant", "away", []protocol.Event{protocol.Inputs.Text("m1", "hello")}, false)
+	if !errors.Is(err, ErrMoved) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("push to a session placed elsewhere: %v, want ErrMoved", err)
+	}
+	if err := g.rt.Activate("assistant", "away"); !errors.Is(err, ErrMoved) {
+		t.Fatalf("Activate of a session placed elsewhere: %v, want ErrMoved", err)
+	}
+	if last, err := g.store.LastIndex(ctx, "away"); err != nil || last != 0 {
+		t.Fatalf("the refused session's log is at %d (%v), want 0", last, err)
+	}
+	g.push("here", protocol.Inputs.Text("m1", "hello"))
+	g.waitFor("here", "the answer", func(s *protocol.AIState) bool { return s.Active == nil && lastText(s) == "here" })
+}
+
+// Release stops a session in the middle of its turn, after its write in
+// flight: it is no longer active, what it wrote stays, and its next
+// activation resumes the turn from the log (the interrupted attempt is
+// superseded and run again).
+func TestReleaseStopsABusySessionAndItsNextActivationResumes(t *testing.T) {
+	f := newFixtureWith(t, `{"default":{"text":"resumed after the release","gate":"hold"}}`, Options{})
+	f.push("s", protocol.Inputs.Text("m1", "hello"))
+	f.waitFor("s", "the first delta", func(s *protocol.AIState) bool {
+		return s.Status == protocol.StatusStreaming && lastText(s) != ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.rt.Release(ctx, "s"); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if f.rt.IsActive("s") {
+		t.Fatal("the session is still active after Release")
+	}
+	last, err := f.store.LastIndex(ctx, "s")
+	if err != nil || last == 0 {
+		t.Fatalf("the log after the release: %d %v", last, err)
+	}
+	f.model.Release("hold")
+	if err := f.rt.Activate("assistant", "s"); err != nil {
+		t.Fatalf("Activate: %v", err)
+	}
+	f.waitFor("s", "the resumed answer", func(s *protocol.AIState) bool {
+		return s.Active == nil && lastText(s) == "resumed after the release"
+	})
+}
+
+// newFixtureWith is newFixture with the runtime's options.
+func newFixtureWith(t *testing.T, s string, opts Options) *fixture {
+	t.Helper()
+	sc, err := script.Parse([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, fs: vfs.NewMem(), model: script.New(sc), opts: opts}
+	f.open(nil)
+	return f
+}
