@@ -1,0 +1,924 @@
+// Package gossip is A2's protoactor-go cluster provider over
+// hashicorp/memberlist: the nodes of one cluster find each other by gossip
+// (SWIM), each node's protoactor address, grain kinds and status travel in
+// its memberlist metadata, and the set of alive nodes is published to
+// protoactor's MemberList as the cluster topology.
+//
+// A node is only ever accepted into the membership when its metadata
+// decodes and names the same cluster, and the same store when both sides
+// use one: nodes of another cluster or another store are refused at join
+// (MergeDelegate) and whenever gossip mentions them (AliveDelegate).
+//
+// Order of use: New, Start (which joins, with retries), then protoactor's
+// cluster StartMember or StartClient (which calls the provider's StartMember
+// or StartClient), SetStatus(StatusUp) once the node serves, and Shutdown.
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/hashicorp/memberlist"
+)
+
+// Member statuses, as gossiped in Meta.Status.
+const (
+	// StatusStarting is a node that is up in the gossip but does not serve
+	// yet: its grain kinds are not published to protoactor.
+	StatusStarting = "starting"
+	// StatusUp is a node that serves: its grain kinds are published.
+	StatusUp = "up"
+	// StatusLeaving is a node that started a graceful leave: it stays in
+	// the topology, reachable, and is published without kinds (but
+	// protoactor keeps the kinds it learned when the member first appeared:
+	// it only notices changes of member IDs, so it may still place grains
+	// there until the node is gone).
+	StatusLeaving = "leaving"
+)
+
+// Defaults for the zero values of Config. The failure-detection ones detect
+// a killed process on loopback in about 1 s (memberlist's LAN defaults take
+// about 4 s).
+const (
+	defaultBind           = "0.0.0.0:7946"
+	defaultProbeInterval  = 250 * time.Millisecond
+	defaultProbeTimeout   = 100 * time.Millisecond
+	defaultGossipInterval = 50 * time.Millisecond
+	defaultSuspicionMult  = 2
+	defaultJoinTimeout    = 30 * time.Second
+
+	joinBackoffFirst = 100 * time.Millisecond
+	joinBackoffMax   = 2 * time.Second
+	joinAttemptGrace = 500 * time.Millisecond
+	resyncInterval   = time.Second
+	leaveTimeout     = time.Second
+	updateTimeout    = time.Second
+
+	// maxRefusalsLogged bounds the set of node IDs whose refusal was logged.
+	maxRefusalsLogged = 4096
+	// refusalMarker starts every refusal reason, so that memberlist's own
+	// log lines that repeat one of ours can be recognized.
+	refusalMarker = "gossip: refused node "
+)
+
+// Meta is what each node gossips about itself, in its memberlist node
+// metadata, encoded as JSON. The encoding must stay under
+// memberlist.MetaMaxSize (512 bytes): Start (and SetStatus) return an error
+// when it does not fit.
+type Meta struct {
+	// ID is the protoactor actor-system ID, fresh per process start; it is
+	// also the memberlist node name.
+	ID string `json:"id"`
+	// Host is the protoactor remote host others reach this node at.
+	Host string `json:"host"`
+	// Port is the protoactor remote port; a node without one (0) is not
+	// published to protoactor.
+	Port int `json:"port"`
+	// Kinds are the grain kinds the node hosts ("session"); none for a
+	// gateway.
+	Kinds []string `json:"kinds,omitempty"`
+	// Cluster is the cluster name: nodes of different clusters refuse each
+	// other.
+	Cluster string `json:"cluster"`
+	// Store identifies the store the node uses ("" = none, e.g. a gateway):
+	// two nodes that both name a store refuse each other unless it is the
+	// same one.
+	Store string `json:"store"`
+	// Role is "member" or "gateway".
+	Role string `json:"role"`
+	// Status is one of StatusStarting, StatusUp, StatusLeaving.
+	Status string `json:"status"`
+}
+
+// Address returns "host:port" of the node's protoactor remote (IPv6 hosts
+// in brackets).
+func (m Meta) Address() string {
+	return net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
+}
+
+// Config configures a Provider. Zero values take the defaults noted.
+type Config struct {
+	// Bind is the host:port gossip listens on, TCP and UDP ("" =
+	// 0.0.0.0:7946); port 0 picks a free port. The host must be an IP
+	// address or a name that resolves to one.
+	Bind string
+	// Advertise is the host:port other nodes reach us at; "" = Bind (after
+	// a port-0 bind, the port chosen; with Bind on 0.0.0.0, memberlist picks
+	// a private address of this machine). A port of 0 also means the bound
+	// port; a non-zero port needs a non-zero Bind port.
+	Advertise string
+	// Join lists host:port gossip addresses of existing nodes; empty starts
+	// a new cluster.
+	Join []string
+	// Meta is our initial metadata (Status typically StatusStarting).
+	// Meta.ID and Meta.Cluster are required.
+	Meta Meta
+	// ProbeInterval, ProbeTimeout, GossipInterval and SuspicionMult tune
+	// memberlist's failure detection; 0 = 250 ms, 100 ms, 50 ms and 2.
+	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
+	SuspicionMult                               int
+	// JoinTimeout is how long Start keeps retrying a join that no node
+	// answers (0 = 30 s), with a backoff from 100 ms doubling up to 2 s; the
+	// attempt made at the deadline gets up to 0.5 s to finish.
+	JoinTimeout time.Duration
+	// Logger receives the provider's log lines (nil = discard). Memberlist's
+	// own lines go to it at Debug level, its [WARN] and [ERR] lines at Warn
+	// (except those that only repeat a refusal, which the provider logs
+	// itself, once per node ID, at Warn).
+	Logger *slog.Logger
+	// OnChange, if set, is called with every accepted alive node (self
+	// included, sorted by ID) whenever that set or any node's metadata
+	// changed: it is checked after each join, leave, update or failure
+	// memberlist reports and on a resync timer every second. Calls are
+	// serial, never concurrent with each other, and start once Start has
+	// succeeded. OnChange may call Nodes and SetStatus, but not Shutdown
+	// (which waits for a running OnChange to return).
+	OnChange func(nodes []Meta)
+}
+
+// Provider is a protoactor-go cluster.ClusterProvider over hashicorp
+// memberlist. Create it with New; its methods are safe for concurrent use.
+type Provider struct {
+	cfg Config // defaults applied; cfg.Meta is our initial metadata
+	log *slog.Logger
+
+	// mu guards the lifecycle fields. It is never held while calling into
+	// memberlist or protoactor.
+	mu          sync.Mutex
+	starting    bool // Start was called
+	started     bool // Start succeeded
+	closed      bool // Shutdown was called
+	ml          *memberlist.Memberlist
+	localAddr   string
+	startCancel context.CancelFunc
+	stop, done  chan struct{} // the delivery goroutine's
+	cluster     *cluster.Cluster
+
+	// metaMu guards our current metadata, read by memberlist (NodeMeta).
+	metaMu    sync.Mutex
+	meta      Meta
+	metaBytes []byte
+
+	// statusMu serializes SetStatus.
+	statusMu sync.Mutex
+
+	// nodesMu guards the accepted alive nodes as memberlist reported them
+	// (its event delegate runs under memberlist's node lock, so nothing
+	// holding nodesMu may call into memberlist), and the refusal records.
+	nodesMu      sync.Mutex
+	nodes        map[string]Meta
+	nodesGone    bool                // after Shutdown or a failed Start: no membership
+	refusedIDs   map[string]struct{} // node IDs whose refusal was logged
+	joinRefusals []error             // refusals seen by NotifyMerge since the last reset
+
+	kick chan struct{} // a memberlist event happened (capacity 1)
+
+	// deliverMu serializes deliveries (OnChange and topology publishing).
+	deliverMu     sync.Mutex
+	deliverClosed bool
+	last          []Meta // what OnChange was last given
+	delivered     bool   // OnChange was called at least once
+}
+
+// New returns a Provider for cfg; it does nothing on the network until
+// Start.
+func New(cfg Config) *Provider {
+	if cfg.Bind == "" {
+		cfg.Bind = defaultBind
+	}
+	if cfg.ProbeInterval <= 0 {
+		cfg.ProbeInterval = defaultProbeInterval
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = defaultProbeTimeout
+	}
+	if cfg.GossipInterval <= 0 {
+		cfg.GossipInterval = defaultGossipInterval
+	}
+	if cfg.SuspicionMult <= 0 {
+		cfg.SuspicionMult = defaultSuspicionMult
+	}
+	if cfg.JoinTimeout <= 0 {
+		cfg.JoinTimeout = defaultJoinTimeout
+	}
+	cfg.Join = slices.Clone(cfg.Join)
+	cfg.Meta.Kinds = slices.Clone(cfg.Meta.Kinds)
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Provider{
+		cfg:        cfg,
+		log:        logger,
+		meta:       cloneMeta(cfg.Meta),
+		nodes:      make(map[string]Meta),
+		refusedIDs: make(map[string]struct{}),
+		kick:       make(chan struct{}, 1),
+	}
+}
+
+// Start creates the memberlist (bound to cfg.Bind) and joins cfg.Join,
+// retrying with backoff while no node answers, until cfg.JoinTimeout passes
+// or ctx ends (ctx bounds only the joining, not the membership). A refusal is
+// final and returned at once: a node whose Meta.Cluster differs from ours, or
+// whose Meta.Store differs from ours when both are non-empty (a node without
+// a store, a gateway, takes as ours the store of the nodes it accepted, so it
+// never bridges two stores); the error names the address, the other side's
+// value and ours. Start also fails when the
+// configuration is invalid or the metadata does not fit in 512 bytes. On
+// error nothing is left running. Start may be called once; call it before
+// protoactor's StartMember or StartClient.
+func (p *Provider) Start(ctx context.Context) error {
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return errors.New("gossip: Start after Shutdown")
+	case p.starting:
+		p.mu.Unlock()
+		return errors.New("gossip: Start already called")
+	}
+	p.starting = true
+	ctx, cancel := context.WithCancel(ctx)
+	p.startCancel = cancel
+	p.mu.Unlock()
+	defer cancel()
+
+	ml, sent, err := p.start(ctx)
+
+	p.mu.Lock()
+	p.startCancel = nil
+	if err == nil && p.closed {
+		err = errors.New("gossip: Shutdown during Start")
+	}
+	if err != nil {
+		p.localAddr = ""
+		p.mu.Unlock()
+		if ml != nil {
+			if ml.NumMembers() > 1 { // joined some node before failing: tell them
+				_ = ml.Leave(leaveTimeout)
+			}
+			_ = ml.Shutdown()
+		}
+		p.forgetNodes()
+		return err
+	}
+	p.ml = ml
+	p.started = true
+	p.stop = make(chan struct{})
+	p.done = make(chan struct{})
+	go p.run(p.stop, p.done)
+	p.mu.Unlock()
+
+	// A SetStatus during Start changed the metadata without gossiping it.
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	p.metaMu.Lock()
+	changed := !bytes.Equal(p.metaBytes, sent)
+	p.metaMu.Unlock()
+	if changed {
+		if err := ml.UpdateNode(updateTimeout); err != nil {
+			p.log.Debug("gossip: status update not yet broadcast", "error", err)
+		}
+	}
+	return nil
+}
+
+// start does Start's work; it returns the memberlist it created even on an
+// error after creating it, for the caller to shut it down, and the metadata
+// it encoded before creating it.
+func (p *Provider) start(ctx context.Context) (*memberlist.Memberlist, []byte, error) {
+	cfg := p.cfg
+	if cfg.Meta.ID == "" {
+		return nil, nil, errors.New("gossip: Config.Meta.ID is empty")
+	}
+	if cfg.Meta.Cluster == "" {
+		return nil, nil, errors.New("gossip: Config.Meta.Cluster is empty")
+	}
+	p.metaMu.Lock()
+	sent, err := encodeMeta(p.meta)
+	if err == nil {
+		p.metaBytes = sent
+	}
+	p.metaMu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+
+	bindIP, bindPort, err := resolveHostPort(ctx, cfg.Bind, "0.0.0.0")
+	if err != nil {
+		return nil, nil, fmt.Errorf("gossip: Bind %q: %w", cfg.Bind, err)
+	}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Meta.ID
+	mc.BindAddr = bindIP
+	mc.BindPort = bindPort
+	mc.AdvertisePort = bindPort
+	if cfg.Advertise != "" {
+		advIP, advPort, err := resolveHostPort(ctx, cfg.Advertise, "")
+		if err != nil {
+			return nil, nil, fmt.Errorf("gossip: Advertise %q: %w", cfg.Advertise, err)
+		}
+		if advPort != 0 && bindPort == 0 {
+			return nil, nil, fmt.Errorf("gossip: Advertise %q names a port but Bind %q picks one (port 0): give Bind a port, or Advertise port 0", cfg.Advertise, cfg.Bind)
+		}
+		mc.AdvertiseAddr = advIP
+		if advPort != 0 {
+			mc.AdvertisePort = advPort
+		}
+	}
+	mc.ProbeInterval = cfg.ProbeInterval
+	mc.ProbeTimeout = cfg.ProbeTimeout
+	mc.GossipInterval = cfg.GossipInterval
+	mc.SuspicionMult = cfg.SuspicionMult
+	mc.Delegate = delegate{p}
+	mc.Events = events{p}
+	mc.Alive = alive{p}
+	mc.Merge = merge{p}
+	mc.Logger = log.New(memberlistLog{p.log}, "", 0)
+
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gossip: create memberlist on %s: %w", cfg.Bind, err)
+	}
+	p.mu.Lock()
+	p.localAddr = net.JoinHostPort(bindIP, strconv.Itoa(mc.BindPort))
+	p.mu.Unlock()
+
+	return ml, sent, p.joinAll(ctx, ml)
+}
+
+// joinAll joins cfg.Join: every round tries each address once; it succeeds
+// once a round reached any node, fails at once on a refusal, and otherwise
+// retries with backoff until the join timeout or ctx.
+func (p *Provider) joinAll(ctx context.Context, ml *memberlist.Memberlist) error {
+	addrs := p.cfg.Join
+	if len(addrs) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(p.cfg.JoinTimeout)
+	backoff := joinBackoffFirst
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		joined := 0
+		for _, addr := range addrs {
+			n, err := p.joinOne(ctx, ml, addr, deadline)
+			var refused *refusal
+			if errors.As(err, &refused) {
+				return fmt.Errorf("gossip: join %s refused: %w", addr, refused)
+			}
+			if err != nil {
+				if lastErr == nil || !errors.Is(err, errJoinDeadline) {
+					lastErr = fmt.Errorf("%s: %w", addr, err)
+				}
+				if ctx.Err() != nil || !time.Now().Before(deadline) {
+					break
+				}
+				continue
+			}
+			joined += n
+		}
+		if joined > 0 {
+			p.log.Info("gossip: joined", "addresses", addrs, "attempts", attempt)
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("gossip: join %s: %w (last error: %v)", strings.Join(addrs, ", "), err, lastErr)
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return fmt.Errorf("gossip: join %s: no node answered within %s (%d attempts; last error: %v)",
+				strings.Join(addrs, ", "), p.cfg.JoinTimeout, attempt, lastErr)
+		}
+		p.log.Debug("gossip: join: no node answered, retrying", "addresses", addrs, "attempt", attempt, "in", min(backoff, remaining), "error", lastErr)
+		t := time.NewTimer(min(backoff, remaining))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, joinBackoffMax)
+	}
+}
+
+var errJoinDeadline = errors.New("join timeout reached")
+
+// joinOne joins one address, bounded by deadline and ctx (memberlist's own
+// Join cannot be cancelled: when abandoned, it finishes in the background on
+// a memberlist that the caller shuts down). A refusal by our MergeDelegate
+// during this join is returned as a *refusal.
+func (p *Provider) joinOne(ctx context.Context, ml *memberlist.Memberlist, addr string, deadline time.Time) (int, error) {
+	p.nodesMu.Lock()
+	p.joinRefusals = p.joinRefusals[:0]
+	p.nodesMu.Unlock()
+
+	type result struct {
+		n   int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		n, err := ml.Join([]string{addr})
+		ch <- result{n, err}
+	}()
+	// An attempt started at the deadline (the last one) still gets a moment.
+	t := time.NewTimer(max(time.Until(deadline), joinAttemptGrace))
+	defer t.Stop()
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-t.C:
+		return 0, errJoinDeadline
+	}
+	if r.err == nil && r.n > 0 {
+		return r.n, nil
+	}
+	if r.err == nil {
+		r.err = errors.New("no node answered")
+	}
+	// Our MergeDelegate's error is in Join's error text exactly when it
+	// refused this join (refusals recorded meanwhile may come from nodes
+	// that join us).
+	msg := r.err.Error()
+	p.nodesMu.Lock()
+	defer p.nodesMu.Unlock()
+	for _, e := range p.joinRefusals {
+		if strings.Contains(msg, e.Error()) {
+			return 0, e
+		}
+	}
+	// memberlist's multierror spans lines: keep one line, without its header.
+	msg = strings.Join(strings.Fields(msg), " ")
+	msg = strings.TrimPrefix(msg, "1 error occurred: * ")
+	return 0, errors.New(msg)
+}
+
+// LocalAddr returns the gossip address we bound, host:port (with the port
+// chosen after a port-0 Bind); "" before Start bound it or after Start
+// failed.
+func (p *Provider) LocalAddr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.localAddr
+}
+
+// SetStatus changes our Meta.Status and gossips it (memberlist UpdateNode,
+// waiting up to 1 s for the broadcast to go out; if it has not, the update
+// still spreads and SetStatus returns nil), e.g. StatusUp once the node
+// serves, StatusLeaving when it starts a graceful leave. Before Start it
+// only sets the status Start will gossip. It returns an error after
+// Shutdown, or when the metadata would not fit in 512 bytes (the status is
+// then unchanged).
+func (p *Provider) SetStatus(status string) error {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+
+	p.mu.Lock()
+	closed, ml := p.closed, p.ml
+	p.mu.Unlock()
+	if closed {
+		return errors.New("gossip: SetStatus after Shutdown")
+	}
+
+	p.metaMu.Lock()
+	m := cloneMeta(p.meta)
+	m.Status = status
+	b, err := encodeMeta(m)
+	if err == nil {
+		p.meta, p.metaBytes = m, b
+	}
+	p.metaMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if ml == nil {
+		return nil
+	}
+	if err := ml.UpdateNode(updateTimeout); err != nil {
+		p.log.Debug("gossip: status update not yet broadcast", "status", status, "error", err)
+	}
+	return nil
+}
+
+// Nodes returns the accepted alive nodes now (self included once Start
+// created the memberlist), sorted by ID; none after Shutdown or a failed
+// Start. The slice is the caller's.
+func (p *Provider) Nodes() []Meta {
+	p.nodesMu.Lock()
+	out := make([]Meta, 0, len(p.nodes))
+	for _, m := range p.nodes {
+		out = append(out, cloneMeta(m))
+	}
+	p.nodesMu.Unlock()
+	slices.SortFunc(out, func(a, b Meta) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// StartMember implements cluster.ClusterProvider: it attaches the provider
+// to c and publishes the topology to c.MemberList.UpdateClusterTopology,
+// then republishes it on every change and every second. The topology is
+// every accepted alive node with a remote port (gateways too, so they stay
+// reachable) as &cluster.Member{Id, Host, Port, Kinds}, Kinds empty unless
+// its Status is StatusUp; a node that has Kinds but is neither up nor
+// leaving (i.e. starting) is left out until it is up, because protoactor
+// never learns a member's kinds after its first appearance. It returns nil
+// when Start has succeeded, an error when Start was not called (or failed),
+// Shutdown was called, or c has no MemberList.
+func (p *Provider) StartMember(c *cluster.Cluster) error {
+	return p.attach(c, "StartMember")
+}
+
+// StartClient implements cluster.ClusterProvider for a protoactor cluster
+// client; it does exactly what StartMember does.
+func (p *Provider) StartClient(c *cluster.Cluster) error {
+	return p.attach(c, "StartClient")
+}
+
+func (p *Provider) attach(c *cluster.Cluster, what string) error {
+	if c == nil || c.MemberList == nil {
+		return fmt.Errorf("gossip: %s: cluster without a MemberList", what)
+	}
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return fmt.Errorf("gossip: %s after Shutdown", what)
+	case !p.started:
+		p.mu.Unlock()
+		return fmt.Errorf("gossip: %s before Start succeeded (call Start first)", what)
+	}
+	p.cluster = c
+	p.mu.Unlock()
+	if c.ActorSystem != nil && c.ActorSystem.ID != p.cfg.Meta.ID {
+		p.log.Warn("gossip: protoactor's actor-system ID differs from Meta.ID: protoactor will not find itself in the topology",
+			"actor_system_id", c.ActorSystem.ID, "meta_id", p.cfg.Meta.ID)
+	}
+	p.deliver()
+	return nil
+}
+
+// Shutdown leaves the gossip once: graceful, it broadcasts a leave
+// (memberlist Leave, waiting up to 1 s) and then shuts memberlist down; not
+// graceful, it only shuts it down (others detect the failure). It also stops
+// OnChange and topology publishing, and aborts a Start in progress. Later
+// calls return nil; so does a call on a provider never started.
+func (p *Provider) Shutdown(graceful bool) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	ml, cancel, stop, done := p.ml, p.startCancel, p.stop, p.done
+	p.cluster = nil
+	p.mu.Unlock()
+
+	if cancel != nil {
+		cancel()
+	}
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	p.deliverMu.Lock()
+	p.deliverClosed = true
+	p.deliverMu.Unlock()
+	p.forgetNodes()
+	if ml == nil {
+		return nil
+	}
+	var errs []error
+	if graceful {
+		if err := ml.Leave(leaveTimeout); err != nil {
+			errs = append(errs, fmt.Errorf("gossip: leave: %w", err))
+		}
+	}
+	if err := ml.Shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("gossip: shutdown: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// run delivers after memberlist events and on the resync timer until stop.
+func (p *Provider) run(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(resyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-p.kick:
+			p.deliver()
+		case <-t.C:
+			p.deliver()
+		}
+	}
+}
+
+// deliver gives OnChange the nodes if they changed since its last call, and
+// publishes the topology (protoactor ignores a topology whose member IDs did
+// not change).
+func (p *Provider) deliver() {
+	p.deliverMu.Lock()
+	defer p.deliverMu.Unlock()
+	if p.deliverClosed {
+		return
+	}
+	nodes := p.Nodes()
+	changed := !p.delivered || !slices.EqualFunc(nodes, p.last, equalMeta)
+	if changed {
+		p.last = nodes
+		p.delivered = true
+		if p.cfg.OnChange != nil {
+			p.cfg.OnChange(cloneMetas(nodes))
+		}
+	}
+	p.mu.Lock()
+	c := p.cluster
+	p.mu.Unlock()
+	if c != nil {
+		c.MemberList.UpdateClusterTopology(topology(nodes))
+	}
+}
+
+// topology maps the nodes to protoactor members (see StartMember).
+func topology(nodes []Meta) cluster.Members {
+	out := make(cluster.Members, 0, len(nodes))
+	for _, n := range nodes {
+		if n.Host == "" || n.Port <= 0 || n.Port > 65535 {
+			continue
+		}
+		if len(n.Kinds) > 0 && n.Status != StatusUp && n.Status != StatusLeaving {
+			continue
+		}
+		m := &cluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port)}
+		if n.Status == StatusUp {
+			m.Kinds = slices.Clone(n.Kinds)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// forgetNodes empties the membership for good (Shutdown, failed Start).
+func (p *Provider) forgetNodes() {
+	p.nodesMu.Lock()
+	p.nodesGone = true
+	clear(p.nodes)
+	p.nodesMu.Unlock()
+}
+
+func (p *Provider) signal() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// refusal is why a node is not accepted.
+type refusal struct {
+	node, addr string
+	reason     string
+}
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("%s%q at %s: %s", refusalMarker, r.node, r.addr, r.reason)
+}
+
+// check decodes a node's metadata and says whether the node may be a peer.
+// It never panics, whatever the node sent; a refusal is logged at Warn once
+// per node ID. It must not call into memberlist (it runs under its lock).
+func (p *Provider) check(n *memberlist.Node) (Meta, error) {
+	var m Meta
+	var reason string
+	ours := p.cfg.Meta
+	store, from := p.clusterStore(n.Name)
+	switch err := json.Unmarshal(n.Meta, &m); {
+	case len(n.Meta) == 0:
+		reason = "it has no metadata"
+	case err != nil:
+		reason = fmt.Sprintf("its metadata does not decode: %v", err)
+	case m.ID != n.Name:
+		reason = fmt.Sprintf("its metadata ID %q differs from its node name", m.ID)
+	case m.Cluster != ours.Cluster:
+		reason = fmt.Sprintf("its cluster name %q differs from ours %q", m.Cluster, ours.Cluster)
+	case m.Store != "" && store != "" && m.Store != store && from == "":
+		reason = fmt.Sprintf("its store identity %q differs from ours %q", m.Store, store)
+	case m.Store != "" && store != "" && m.Store != store:
+		reason = fmt.Sprintf("its store identity %q differs from ours %q (the store of node %q; we use none)", m.Store, store, from)
+	default:
+		return m, nil
+	}
+	r := &refusal{node: n.Name, addr: n.Address(), reason: reason}
+	p.nodesMu.Lock()
+	_, logged := p.refusedIDs[n.Name]
+	if !logged {
+		if len(p.refusedIDs) >= maxRefusalsLogged {
+			clear(p.refusedIDs)
+		}
+		p.refusedIDs[n.Name] = struct{}{}
+	}
+	p.nodesMu.Unlock()
+	if !logged {
+		p.log.Warn("gossip: refused a node", "node", n.Name, "address", r.addr, "reason", reason)
+	}
+	return Meta{}, r
+}
+
+// clusterStore returns the store identity a node must match when it names
+// one: ours, or, when we use none (a gateway), that of an accepted node other
+// than the one being checked (named in from), so that a gateway does not
+// bridge two stores; "" when no node uses a store.
+func (p *Provider) clusterStore(checked string) (store, from string) {
+	if s := p.cfg.Meta.Store; s != "" {
+		return s, ""
+	}
+	p.nodesMu.Lock()
+	defer p.nodesMu.Unlock()
+	for id, m := range p.nodes {
+		if m.Store != "" && id != checked {
+			if from == "" || id < from { // deterministic if they ever disagree
+				store, from = m.Store, id
+			}
+		}
+	}
+	return store, from
+}
+
+// delegate serves our metadata to memberlist; it carries no user messages.
+type delegate struct{ p *Provider }
+
+func (d delegate) NodeMeta(limit int) []byte {
+	d.p.metaMu.Lock()
+	defer d.p.metaMu.Unlock()
+	if len(d.p.metaBytes) > limit { // never: Start and SetStatus check the size
+		return nil
+	}
+	return slices.Clone(d.p.metaBytes)
+}
+
+func (delegate) NotifyMsg([]byte)                  {}
+func (delegate) GetBroadcasts(_, _ int) [][]byte   { return nil }
+func (delegate) LocalState(bool) []byte            { return nil }
+func (delegate) MergeRemoteState(_ []byte, _ bool) {}
+
+// events keeps p.nodes as memberlist reports joins, updates and leaves
+// (serially, under memberlist's node lock).
+type events struct{ p *Provider }
+
+func (e events) NotifyJoin(n *memberlist.Node)   { e.p.upsert(n) }
+func (e events) NotifyUpdate(n *memberlist.Node) { e.p.upsert(n) }
+func (e events) NotifyLeave(n *memberlist.Node) {
+	e.p.nodesMu.Lock()
+	delete(e.p.nodes, n.Name)
+	e.p.nodesMu.Unlock()
+	e.p.signal()
+}
+
+func (p *Provider) upsert(n *memberlist.Node) {
+	m, err := p.check(n)
+	p.nodesMu.Lock()
+	if p.nodesGone {
+		p.nodesMu.Unlock()
+		return
+	}
+	if err != nil { // not expected: the alive delegate filtered it
+		delete(p.nodes, n.Name)
+	} else {
+		p.nodes[n.Name] = m
+	}
+	p.nodesMu.Unlock()
+	p.signal()
+}
+
+// alive refuses, in gossip, any node that check refuses.
+type alive struct{ p *Provider }
+
+func (a alive) NotifyAlive(n *memberlist.Node) error {
+	_, err := a.p.check(n)
+	return err
+}
+
+// merge refuses a join (either side of its push/pull) when any node in the
+// other side's state is refused, and records the refusal for joinOne.
+type merge struct{ p *Provider }
+
+func (g merge) NotifyMerge(peers []*memberlist.Node) error {
+	for _, n := range peers {
+		if n == nil || n.Name == g.p.cfg.Meta.ID {
+			continue
+		}
+		if _, err := g.p.check(n); err != nil {
+			g.p.nodesMu.Lock()
+			if len(g.p.joinRefusals) < 16 {
+				g.p.joinRefusals = append(g.p.joinRefusals, err)
+			}
+			g.p.nodesMu.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// memberlistLog turns memberlist's log lines into slog records.
+type memberlistLog struct{ l *slog.Logger }
+
+func (w memberlistLog) Write(b []byte) (int, error) {
+	line := strings.TrimRight(string(b), "\r\n")
+	level := slog.LevelDebug
+	if strings.HasPrefix(line, "[WARN]") || strings.HasPrefix(line, "[ERR]") {
+		level = slog.LevelWarn
+	}
+	if strings.Contains(line, refusalMarker) {
+		level = slog.LevelDebug // check logged it once already
+	}
+	if !w.l.Enabled(context.Background(), level) {
+		return len(b), nil
+	}
+	if i := strings.IndexByte(line, ']'); strings.HasPrefix(line, "[") && i > 0 {
+		line = strings.TrimSpace(line[i+1:])
+	}
+	w.l.Log(context.Background(), level, line, "component", "memberlist")
+	return len(b), nil
+}
+
+func encodeMeta(m Meta) ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: encode metadata: %w", err)
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("gossip: metadata is %d bytes encoded, more than memberlist's limit of %d", len(b), memberlist.MetaMaxSize)
+	}
+	return b, nil
+}
+
+// resolveHostPort splits host:port and resolves the host to an IP address
+// (memberlist takes only IPs); an empty host becomes defaultHost, or is an
+// error when defaultHost is "".
+func resolveHostPort(ctx context.Context, hp, defaultHost string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("invalid port %q", portStr)
+	}
+	if host == "" {
+		if defaultHost == "" {
+			return "", 0, errors.New("no host")
+		}
+		host = defaultHost
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.String(), port, nil
+	}
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return "", 0, err
+	}
+	if len(ips) == 0 {
+		return "", 0, fmt.Errorf("%s resolves to no address", host)
+	}
+	for _, ip := range ips { // prefer IPv4
+		if ip.IP.To4() != nil {
+			return ip.IP.String(), port, nil
+		}
+	}
+	return ips[0].IP.String(), port, nil
+}
+
+func cloneMeta(m Meta) Meta {
+	m.Kinds = slices.Clone(m.Kinds)
+	return m
+}
+
+func cloneMetas(ms []Meta) []Meta {
+	out := make([]Meta, len(ms))
+	for i, m := range ms {
+		out[i] = cloneMeta(m)
+	}
+	return out
+}
+
+func equalMeta(a, b Meta) bool {
+	return a.ID == b.ID && a.Host == b.Host && a.Port == b.Port &&
+		slices.Equal(a.Kinds, b.Kinds) && a.Cluster == b.Cluster &&
+		a.Store == b.Store && a.Role == b.Role && a.Status == b.Status
+}
