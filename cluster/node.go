@@ -1,0 +1,540 @@
+// Package cluster runs A2 as a cluster of nodes: each session is a virtual
+// actor (the grain kind "session", its identity the session ID) placed by
+// rendezvous hashing over the live members that host sessions, found by
+// gossip (hashicorp/memberlist, in package gossip), on protoactor-go's
+// cluster and remote. Gateway nodes host no sessions: they serve HTTP and
+// route every request by session ID through Router, which implements the
+// gateway's Router with exactly the semantics of a single node.
+//
+// docs/cluster.md is the operator's page: roles, flags, a three-member
+// example, and what happens when members join and leave.
+//
+// # Messages
+//
+// Every message between nodes is one clusterpb.Envelope (versioned; its
+// kind names the body), so that a node never meets a type it cannot
+// decode: an unknown kind or a newer version is answered with an error.
+//
+// # Placement and handoff
+//
+// A member places a session (actors.Options.Places) when the hash over its
+// view of the members places the session on it, it is not leaving, and it
+// has not handed the session to another member in this view. A grain is
+// activated by the member the hash names (the activator actor, on a dead
+// letter to the grain's deterministic name), and only after every other
+// member has released the session: each stops the session's actors once
+// their write in flight is durable. So in a graceful change (a join, a
+// SIGTERM leave) a session never runs on two members at once. When views
+// differ (during a change, or a split) two members may still both believe
+// they place a session; the store's conditional append fences every
+// writer, so nothing is corrupted (docs/cluster.md, "Correctness").
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/cluster/clusterpb"
+	"github.com/a2-runtime/a2/cluster/gossip"
+	"github.com/a2-runtime/a2/internal/levelfilter"
+)
+
+// KindSession is the grain kind of a session.
+const KindSession = "session"
+
+// Roles of a node.
+const (
+	// RoleMember hosts sessions (and may serve HTTP).
+	RoleMember = "member"
+	// RoleGateway serves HTTP only and hosts no sessions.
+	RoleGateway = "gateway"
+)
+
+// Names of the actors every node has at a well-known PID.
+const (
+	activatorName = "a2-activator"
+	grainPrefix   = "session/"
+)
+
+// Config configures a Node.
+type Config struct {
+	// Name is the cluster's name; nodes of another name are refused.
+	Name string
+	// Role is RoleMember or RoleGateway.
+	Role string
+	// Bind is the gossip address (TCP and UDP); the actor remote listens on
+	// the next port (Bind's port + 1).
+	Bind string
+	// Advertise is the gossip address other nodes reach this one at
+	// (default Bind); its port + 1 is the advertised remote port.
+	Advertise string
+	// Join lists gossip addresses of nodes already in the cluster; empty
+	// starts a new cluster.
+	Join []string
+	// StoreID is the identity of the member's store (StoreIdentity); a
+	// member whose store differs from the cluster's is refused at join.
+	// Empty for a gateway.
+	StoreID string
+	// Agents are the agents the cluster serves. A gateway uses them to
+	// refuse unknown agents and to decode states; a member, through its
+	// runtime.
+	Agents []*actors.Agent
+
+	// ProbeInterval, ProbeTimeout, GossipInterval and SuspicionMult tune
+	// failure detection (gossip.Config; zero values take its defaults,
+	// which detect a kill -9 on loopback in about a second).
+	ProbeInterval, ProbeTimeout, GossipInterval time.Duration
+	SuspicionMult                               int
+	// JoinTimeout bounds the retries of a join nobody answers (default
+	// 30 s).
+	JoinTimeout time.Duration
+	// RequestTimeout bounds a request whose context has no deadline
+	// (default 30 s).
+	RequestTimeout time.Duration
+	// AttemptTimeout bounds one attempt of a request at one member, so that
+	// a member that died before the gossip noticed costs at most this much
+	// before the request is tried again (default 2 s).
+	AttemptTimeout time.Duration
+	// ReleaseTimeout bounds how long an activation waits for the other
+	// members to release the session (default 5 s); a member that does not
+	// answer by then is taken to have nothing of it (the store fences it if
+	// it had).
+	ReleaseTimeout time.Duration
+	// GrainIdle passivates a session's grain idle this long whose session
+	// has no active actor (default 2 minutes).
+	GrainIdle time.Duration
+	// Logger receives the node's logs (default: discard).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.JoinTimeout == 0 {
+		c.JoinTimeout = 30 * time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = 2 * time.Second
+	}
+	if c.ReleaseTimeout == 0 {
+		c.ReleaseTimeout = 5 * time.Second
+	}
+	if c.GrainIdle == 0 {
+		c.GrainIdle = 2 * time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Advertise == "" {
+		c.Advertise = c.Bind
+	}
+	return c
+}
+
+// Errors of the cluster.
+var (
+	// ErrNoMembers: no live member hosts sessions (yet).
+	ErrNoMembers = fmt.Errorf("%w: no member of the cluster hosts sessions", actors.ErrUnavailable)
+	// ErrUnsupported: the other node does not speak this kind or version.
+	ErrUnsupported = errors.New("cluster: unsupported message")
+)
+
+// view is one node's picture of the cluster, replaced whole on each change.
+type view struct {
+	gen uint64
+	// hosts are the members that host sessions (status up), by address.
+	hosts []gossip.Meta
+	// all are every accepted alive node, leaving ones included.
+	all []gossip.Meta
+	// changed closes when a newer view replaces this one.
+	changed chan struct{}
+}
+
+// Node is one node of a cluster: a member (with a runtime) or a gateway.
+type Node struct {
+	cfg    Config
+	agents map[string]*actors.Agent
+	rt     *actors.Runtime // members only
+
+	system   *actor.ActorSystem
+	cl       *protocluster.Cluster
+	provider *gossip.Provider
+	self     gossip.Meta
+
+	view    atomic.Pointer[view]
+	viewMu  sync.Mutex // serializes replacements of view
+	leaving atomic.Bool
+
+	mu sync.Mutex
+	// handedOff: sessions released to another member's activation, with
+	// the view generation they were released in: not placed here again
+	// until the view changes.
+	handedOff map[string]uint64
+	// activating: activations under way, so that concurrent ones wait for
+	// the first (singleflight).
+	activating map[string]chan struct{}
+	// grains: active grains by session.
+	grains map[string]*actor.PID
+	// streams: live streams this member serves, by stream ID.
+	streams map[string]*ownerStream
+	// subs: live streams this node follows, by stream ID.
+	subs map[string]*subscription
+
+	streamSeq atomic.Uint64
+	stopOnce  sync.Once
+	stopped   chan struct{}
+}
+
+// New prepares a node; Start joins it to the cluster. A member passes the
+// runtime it hosts sessions on to Start; build that runtime with
+// actors.Options{Places: node.Places, RecoverLater: true}.
+func New(cfg Config) (*Node, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Name == "" {
+		return nil, errors.New("cluster: a cluster name is required (--cluster)")
+	}
+	if cfg.Role != RoleMember && cfg.Role != RoleGateway {
+		return nil, fmt.Errorf("cluster: unknown role %q: use %q or %q", cfg.Role, RoleMember, RoleGateway)
+	}
+	if _, _, err := remoteAddr(cfg.Bind); err != nil {
+		return nil, fmt.Errorf("cluster: --bind: %w", err)
+	}
+	if _, _, err := remoteAddr(cfg.Advertise); err != nil {
+		return nil, fmt.Errorf("cluster: --advertise: %w", err)
+	}
+	n := &Node{cfg: cfg, agents: map[string]*actors.Agent{}, handedOff: map[string]uint64{},
+		activating: map[string]chan struct{}{}, grains: map[string]*actor.PID{},
+		streams: map[string]*ownerStream{}, subs: map[string]*subscription{}, stopped: make(chan struct{})}
+	for _, a := range cfg.Agents {
+		n.agents[a.Name()] = a
+	}
+	n.view.Store(&view{changed: make(chan struct{})})
+	return n, nil
+}
+
+// remoteAddr is the actor remote's host and port for a gossip address: the
+// same host, the next port.
+func remoteAddr(gossipAddr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(gossipAddr)
+	if err != nil {
+		return "", 0, err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p >= 65535 {
+		return "", 0, fmt.Errorf("%q: the port must be between 1 and 65534 (the actor remote listens on the next one)", gossipAddr)
+	}
+	return host, p + 1, nil
+}
+
+// Start joins the cluster: it starts the actor remote, joins the gossip
+// (retrying an address nobody answers, refusing a cluster of another name
+// or store), starts protoactor's cluster with this node's kinds, and
+// announces the node as up. rt is the member's runtime (nil for a
+// gateway). A member then scans the store for the sessions with work the
+// cluster places on it.
+func (n *Node) Start(ctx context.Context, rt *actors.Runtime) error {
+	if n.cfg.Role == RoleMember && rt == nil {
+		return errors.New("cluster: a member needs a runtime")
+	}
+	n.rt = rt
+	host, port, _ := remoteAddr(n.cfg.Bind)
+	advHost, advPort, _ := remoteAddr(n.cfg.Advertise)
+	logger := n.cfg.Logger
+	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return levelfilter.New(logger, slog.LevelWarn)
+	}))
+	var kinds []string
+	if n.cfg.Role == RoleMember {
+		kinds = []string{KindSession}
+	}
+	n.self = gossip.Meta{ID: n.system.ID, Host: advHost, Port: advPort, Kinds: kinds, Cluster: n.cfg.Name,
+		Store: n.cfg.StoreID, Role: n.cfg.Role, Status: gossip.StatusStarting}
+	n.provider = gossip.New(gossip.Config{Bind: n.cfg.Bind, Advertise: n.cfg.Advertise, Join: n.cfg.Join, Meta: n.self,
+		ProbeInterval: n.cfg.ProbeInterval, ProbeTimeout: n.cfg.ProbeTimeout, GossipInterval: n.cfg.GossipInterval,
+		SuspicionMult: n.cfg.SuspicionMult, JoinTimeout: n.cfg.JoinTimeout, Logger: logger, OnChange: n.onNodes})
+	if err := n.provider.Start(ctx); err != nil {
+		return err
+	}
+	rcfg := remote.Configure(host, port, remote.WithAdvertisedHost(net.JoinHostPort(advHost, strconv.Itoa(advPort))))
+	var opts []protocluster.ConfigOption
+	if n.cfg.Role == RoleMember {
+		opts = append(opts, protocluster.WithKinds(protocluster.NewKind(KindSession,
+			actor.PropsFromProducer(func() actor.Actor { return &grain{n: n} }))))
+	}
+	ccfg := protocluster.Configure(n.cfg.Name, n.provider, &identityLookup{n: n}, rcfg, opts...)
+	n.cl = protocluster.New(n.system, ccfg)
+	if err := startMember(n.cl); err != nil {
+		_ = n.provider.Shutdown(false)
+		return err
+	}
+	if _, err := n.system.Root.SpawnNamed(actor.PropsFromFunc(n.receiveActivator), activatorName); err != nil {
+		n.shutdownActors()
+		return fmt.Errorf("cluster: start the activator: %w", err)
+	}
+	if err := n.provider.SetStatus(gossip.StatusUp); err != nil {
+		n.shutdownActors()
+		return err
+	}
+	n.self.Status = gossip.StatusUp
+	go n.watchView()
+	if rt != nil {
+		rt.StartRecovery()
+	}
+	logger.Info("joined the cluster", "cluster", n.cfg.Name, "role", n.cfg.Role, "id", n.self.ID,
+		"gossip", n.provider.LocalAddr(), "remote", n.self.Address())
+	return nil
+}
+
+// startMember starts protoactor's cluster, turning its panics (a remote
+// that cannot listen, say) into an error.
+func startMember(c *protocluster.Cluster) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("cluster: start the actor cluster: %v", p)
+		}
+	}()
+	c.StartMember()
+	return nil
+}
+
+// Self is this node's metadata as it gossips it.
+func (n *Node) Self() gossip.Meta { return n.self }
+
+// System is the node's actor system (for tests and benchmarks).
+func (n *Node) System() *actor.ActorSystem { return n.system }
+
+// onNodes takes a new list of nodes from the provider.
+func (n *Node) onNodes(nodes []gossip.Meta) {
+	n.viewMu.Lock()
+	defer n.viewMu.Unlock()
+	old := n.view.Load()
+	v := &view{gen: old.gen + 1, all: nodes, changed: make(chan struct{})}
+	for _, m := range nodes {
+		if m.Status == gossip.StatusUp && slices.Contains(m.Kinds, KindSession) {
+			v.hosts = append(v.hosts, m)
+		}
+	}
+	n.view.Store(v)
+	close(old.changed)
+}
+
+// watchView reacts to each new view until the node stops: a member
+// releases the grains the hash now places elsewhere; every node ends the
+// streams it serves to nodes that are gone.
+func (n *Node) watchView() {
+	v := n.view.Load()
+	for {
+		select {
+		case <-v.changed:
+		case <-n.stopped:
+			return
+		}
+		v = n.view.Load()
+		n.onView(v)
+	}
+}
+
+func (n *Node) onView(v *view) {
+	alive := map[string]bool{}
+	for _, m := range v.all {
+		alive[m.Address()] = true
+	}
+	n.mu.Lock()
+	var moved []string
+	for s := range n.grains {
+		if o, ok := ownerOf(s, v.hosts); !ok || o.ID != n.self.ID {
+			moved = append(moved, s)
+		}
+	}
+	var orphans []*ownerStream
+	for _, st := range n.streams {
+		if !alive[st.subscriber.Address] {
+			orphans = append(orphans, st)
+		}
+	}
+	n.mu.Unlock()
+	for _, st := range orphans {
+		st.cancel(errSubscriberGone)
+	}
+	if len(moved) > 0 && !n.leaving.Load() {
+		n.cfg.Logger.Info("releasing sessions the cluster now places elsewhere", "sessions", len(moved))
+		go n.releaseAll(moved, nil)
+	}
+}
+
+// owner returns the member the current view places session on.
+func (n *Node) owner(session string) (gossip.Meta, bool) {
+	return ownerOf(session, n.view.Load().hosts)
+}
+
+// Places reports whether this member places session now: the hash over
+// its view places it here, the node is not leaving, and it did not hand
+// the session to another member's activation in this view. It is the
+// runtime's actors.Options.Places.
+func (n *Node) Places(session string) bool {
+	if n.leaving.Load() || n.cfg.Role != RoleMember {
+		return false
+	}
+	v := n.view.Load()
+	o, ok := ownerOf(session, v.hosts)
+	if !ok || o.ID != n.self.ID {
+		return false
+	}
+	n.mu.Lock()
+	gen, handed := n.handedOff[session]
+	if handed && gen != v.gen {
+		delete(n.handedOff, session)
+		handed = false
+	}
+	n.mu.Unlock()
+	return !handed
+}
+
+// Members returns the nodes this node sees now (itself included).
+func (n *Node) Members() []gossip.Meta { return slices.Clone(n.view.Load().all) }
+
+// Hosts returns the members that host sessions now, as this node sees them.
+func (n *Node) Hosts() []gossip.Meta { return slices.Clone(n.view.Load().hosts) }
+
+// Leave leaves the cluster gracefully: Drain, then Stop.
+func (n *Node) Leave(ctx context.Context) {
+	n.Drain(ctx)
+	n.Stop()
+}
+
+// Drain hands a member's sessions over before it leaves: the member stops
+// admitting work for its sessions (they are no longer placed here, and the
+// other nodes learn it by gossip at once), releases each session after its
+// write in flight, and asks each session's new owner to activate it, so
+// that work in flight resumes there without any client asking. Requests
+// that reach it meanwhile are answered MOVED and their senders retry at
+// the new owner; the node still routes its own HTTP requests until Stop.
+// A gateway has nothing to drain. Drain returns when done or when ctx
+// ends; later calls do nothing.
+func (n *Node) Drain(ctx context.Context) {
+	if n.cfg.Role != RoleMember || n.leaving.Swap(true) || n.provider == nil {
+		return
+	}
+	if err := n.provider.SetStatus(gossip.StatusLeaving); err != nil {
+		n.cfg.Logger.Warn("could not announce the leave; the others see it when the node leaves the gossip", "err", err)
+	}
+	n.onNodes(n.provider.Nodes()) // this node's own view without it, at once
+	var moved []actors.ActiveSession
+	if n.rt != nil {
+		moved = n.rt.Active()
+	}
+	n.mu.Lock()
+	sessions := make([]string, 0, len(n.grains))
+	for s := range n.grains {
+		sessions = append(sessions, s)
+	}
+	n.mu.Unlock()
+	for _, a := range moved {
+		if !slices.Contains(sessions, a.Session) {
+			sessions = append(sessions, a.Session)
+		}
+	}
+	began := time.Now()
+	n.releaseAll(sessions, ctx.Done())
+	n.handOver(ctx, moved)
+	n.cfg.Logger.Info("sessions handed over", "sessions", len(sessions), "took", time.Since(began))
+}
+
+// Stop leaves the gossip and stops the node's actors at once, without a
+// handoff (a gateway's shutdown, or a member's after Leave).
+func (n *Node) Stop() {
+	n.stopOnce.Do(func() {
+		n.leaving.Store(true)
+		close(n.stopped)
+		n.mu.Lock()
+		subs := make([]*subscription, 0, len(n.subs))
+		for _, s := range n.subs {
+			subs = append(subs, s)
+		}
+		streams := make([]*ownerStream, 0, len(n.streams))
+		for _, st := range n.streams {
+			streams = append(streams, st)
+		}
+		n.mu.Unlock()
+		for _, st := range streams {
+			st.cancel(errMovedAway)
+		}
+		for _, s := range subs {
+			s.stop()
+		}
+		if n.provider != nil {
+			_ = n.provider.Shutdown(true)
+		}
+		n.shutdownActors()
+	})
+}
+
+// shutdownActors stops protoactor's cluster, remote and actor system
+// without its graceful path, which sleeps two seconds and calls the
+// provider's Shutdown again.
+func (n *Node) shutdownActors() {
+	if n.cl == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			n.cfg.Logger.Warn("the actor cluster panicked while stopping", "panic", p)
+		}
+	}()
+	n.cl.Shutdown(false)
+}
+
+// version is the envelope version this node speaks.
+const version = clusterpb.Version
+
+// Status is a node's view of the cluster, as GET /v1/cluster shows it.
+type Status struct {
+	Self gossip.Meta `json:"self"`
+	// Members are the nodes this node sees (itself included).
+	Members []gossip.Meta `json:"members"`
+	// Hosts are the members that host sessions, by address.
+	Hosts []string `json:"hosts"`
+	// Sessions are the sessions whose grain is active on this member,
+	// sorted, at most 1,000 of them; SessionCount counts them all.
+	Sessions     []string `json:"sessions"`
+	SessionCount int      `json:"sessionCount"`
+}
+
+// Status returns the node's view of the cluster now.
+func (n *Node) Status() Status {
+	v := n.view.Load()
+	st := Status{Self: n.self, Members: slices.Clone(v.all), Hosts: []string{}, Sessions: []string{}}
+	for _, m := range v.hosts {
+		st.Hosts = append(st.Hosts, m.Address())
+	}
+	n.mu.Lock()
+	for s := range n.grains {
+		st.Sessions = append(st.Sessions, s)
+	}
+	n.mu.Unlock()
+	slices.Sort(st.Sessions)
+	st.SessionCount = len(st.Sessions)
+	if len(st.Sessions) > 1000 {
+		st.Sessions = st.Sessions[:1000]
+	}
+	return st
+}
+
+// Owner returns the member among hosts that the cluster places session on
+// (rendezvous hashing), for tests and tools that check placement.
+func Owner(session string, hosts []gossip.Meta) (gossip.Meta, bool) { return ownerOf(session, hosts) }

@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/actors/sessionpb"
+	"github.com/a2-runtime/a2/cluster/clusterpb"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// Router serves the cluster's sessions over HTTP: it implements
+// gateway.Router, routing every request by session ID to the member that
+// places the session, with the semantics of a single node (the member's
+// runtime validates, decides and answers; errors keep their kinds across
+// the hop). Requests retry while a session moves (call.go).
+type Router struct{ n *Node }
+
+// Router returns the node's router.
+func (n *Node) Router() Router { return Router{n} }
+
+// agent returns the named agent, as the gateway knows it.
+func (r Router) agent(name string) (*actors.Agent, error) {
+	if a, ok := r.n.agents[name]; ok {
+		return a, nil
+	}
+	return nil, fmt.Errorf("%w %q", actors.ErrUnknownAgent, name)
+}
+
+// Push implements gateway.Router.
+func (r Router) Push(ctx context.Context, agent, session string, events []protocol.Event, trusted bool) ([]protocol.Event, error) {
+	if _, err := r.agent(agent); err != nil {
+		return nil, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return nil, err
+	}
+	req := &sessionpb.PushRequest{Agent: agent, Session: session, Trusted: trusted}
+	for _, ev := range events {
+		req.Events = append(req.Events, actors.EventToPB(ev))
+	}
+	var res sessionpb.PushResponse
+	if _, err := r.n.request(ctx, session, kindPush, req, &res); err != nil {
+		return nil, err
+	}
+	return actors.EventsFromPB(res.Events), nil
+}
+
+// State implements gateway.Router.
+func (r Router) State(ctx context.Context, agent, session string) (*protocol.SessionState, uint64, error) {
+	a, err := r.agent(agent)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return nil, 0, err
+	}
+	var res sessionpb.StateResponse
+	if _, err := r.n.request(ctx, session, kindState, &sessionpb.StateRequest{Agent: agent, Session: session}, &res); err != nil {
+		return nil, 0, err
+	}
+	st, err := a.Contract().UnmarshalState(res.State)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: the state of session %q does not decode: %v", actors.ErrUnavailable, session, err)
+	}
+	return st, res.Index, nil
+}
+
+// History implements gateway.Router.
+func (r Router) History(ctx context.Context, agent, session string, after uint64, limit int) ([]protocol.Event, error) {
+	if _, err := r.agent(agent); err != nil {
+		return nil, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return nil, err
+	}
+	var res clusterpb.HistoryResponse
+	req := &clusterpb.HistoryRequest{Agent: agent, Session: session, After: after, Limit: int32(min(limit, 1<<30))}
+	if _, err := r.n.request(ctx, session, kindHistory, req, &res); err != nil {
+		return nil, err
+	}
+	return actors.EventsFromPB(res.Events), nil
+}
+
+// Subscribe implements gateway.Router: the stream follows the session
+// across moves of its owner (stream.go).
+func (r Router) Subscribe(ctx context.Context, agent, session string, after uint64) (<-chan protocol.Event, <-chan error, error) {
+	if _, err := r.agent(agent); err != nil {
+		return nil, nil, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return nil, nil, err
+	}
+	return r.n.subscribe(ctx, agent, session, after)
+}

@@ -1,0 +1,394 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/actors/sessionpb"
+	"github.com/a2-runtime/a2/cluster/clusterpb"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// Remote live streams.
+//
+// A node that follows a session (a gateway serving an SSE stream) spawns a
+// subscriber actor and asks the session's grain to stream to it: the
+// owning member follows the session on its runtime (history from the store,
+// then the durable live tail, with no gap and no duplicate) and sends the
+// events as StreamBatch messages, in order. The subscriber acknowledges
+// each batch; the owner keeps at most streamWindow batches unacknowledged,
+// so a slow subscriber holds the owner's reads back instead of filling its
+// memory, and sends an empty batch (a heartbeat) after streamHeartbeat
+// without events.
+//
+// When the owner changes (the session moved: a StreamEnd with MOVED; the
+// view now places the session on another member; or no batch for
+// streamStall), the subscriber subscribes again, at the owner of the
+// current view, after the last index it delivered: the new owner reads
+// what the subscriber missed from the store, then follows the tail. The
+// subscriber drops an event at or below that index (a duplicate) and
+// subscribes again on a gap, so its consumer sees every event once, in
+// order, whatever happened between.
+
+const (
+	streamWindow    = 16
+	streamBatchMax  = 256
+	streamHeartbeat = 2 * time.Second
+	// streamStall is how long a subscriber waits for a batch (a heartbeat
+	// at least) before it subscribes again.
+	streamStall = 3 * streamHeartbeat
+	// streamAckStall is how long an owner waits for acknowledgements with
+	// a full window before it ends the stream.
+	streamAckStall = 30 * time.Second
+)
+
+var errStreamStalled = errors.New("cluster: the subscriber acknowledged nothing for 30 s")
+
+// ownerStream is a live stream a member serves to a subscriber.
+type ownerStream struct {
+	n          *Node
+	id         string
+	session    string
+	subscriber *actor.PID
+	ctx        context.Context
+	stop       context.CancelCauseFunc
+	acked      atomic.Uint64
+	ackc       chan struct{}
+}
+
+// cancel ends the stream with cause (the subscriber is told, unless it
+// asked or is gone).
+func (st *ownerStream) cancel(cause error) { st.stop(cause) }
+
+// errSubscriberEnded ends a stream whose subscriber is done with it.
+var errSubscriberEnded = errors.New("cluster: the subscriber ended the stream")
+
+// serveStream opens a live stream of session for a subscriber; an error
+// refuses it (an unknown agent, a session another agent owns, a session
+// this member does not place).
+func (n *Node) serveStream(session string, m *clusterpb.SubscribeRequest) error {
+	if err := n.checkSession(m.Agent, session); err != nil {
+		return err
+	}
+	if !n.Places(session) {
+		return actors.ErrMoved
+	}
+	if m.Stream == "" || m.SubscriberAddress == "" || m.SubscriberId == "" {
+		return &protocol.ValidationError{Field: "stream", Message: "a stream needs an ID and a subscriber"}
+	}
+	ctx, stop := context.WithCancelCause(context.Background())
+	evs, errc := n.rt.Subscribe(ctx, m.Agent, session, m.After)
+	select {
+	case err := <-errc:
+		stop(nil)
+		return err
+	default:
+	}
+	st := &ownerStream{n: n, id: m.Stream, session: session, subscriber: actor.NewPID(m.SubscriberAddress, m.SubscriberId),
+		ctx: ctx, stop: stop, ackc: make(chan struct{}, 1)}
+	n.mu.Lock()
+	if old, ok := n.streams[st.id]; ok {
+		old.cancel(errSubscriberEnded)
+	}
+	n.streams[st.id] = st
+	n.mu.Unlock()
+	go st.run(evs, errc)
+	return nil
+}
+
+func (st *ownerStream) run(evs <-chan protocol.Event, errc <-chan error) {
+	n := st.n
+	defer func() {
+		n.mu.Lock()
+		if n.streams[st.id] == st {
+			delete(n.streams, st.id)
+		}
+		n.mu.Unlock()
+		st.stop(nil)
+	}()
+	var seq uint64
+	send := func(batch []*sessionpb.Event) {
+		seq++
+		n.system.Root.Send(st.subscriber, wrap(kindStreamBatch, &clusterpb.StreamBatch{Stream: st.id, Seq: seq, Events: batch}, time.Time{}))
+	}
+	heartbeat := time.NewTicker(streamHeartbeat)
+	defer heartbeat.Stop()
+	sent := false
+	var end error
+loop:
+	for {
+		for seq-st.acked.Load() >= streamWindow {
+			select {
+			case <-st.ackc:
+			case <-st.ctx.Done():
+				break loop
+			case <-time.After(streamAckStall):
+				st.stop(errStreamStalled)
+				break loop
+			}
+		}
+		select {
+		case ev, ok := <-evs:
+			if !ok {
+				select {
+				case end = <-errc:
+				default:
+				}
+				break loop
+			}
+			batch := []*sessionpb.Event{actors.EventToPB(ev)}
+		drain:
+			for len(batch) < streamBatchMax {
+				select {
+				case ev, ok := <-evs:
+					if !ok {
+						break drain
+					}
+					batch = append(batch, actors.EventToPB(ev))
+				default:
+					break drain
+				}
+			}
+			send(batch)
+			sent = true
+		case <-heartbeat.C:
+			if !sent {
+				send(nil)
+			}
+			sent = false
+		case <-st.ctx.Done():
+			break loop
+		}
+	}
+	if end == nil {
+		end = context.Cause(st.ctx)
+	}
+	if errors.Is(end, errSubscriberEnded) || errors.Is(end, errSubscriberGone) {
+		return
+	}
+	if end == nil || errors.Is(end, context.Canceled) {
+		end = actors.ErrMoved
+	}
+	n.system.Root.Send(st.subscriber, wrap(kindStreamEnd, &clusterpb.StreamEnd{Stream: st.id, Error: actors.ToPBError(end)}, time.Time{}))
+}
+
+// ackStream records a subscriber's acknowledgement.
+func (n *Node) ackStream(id string, seq uint64) {
+	n.mu.Lock()
+	st := n.streams[id]
+	n.mu.Unlock()
+	if st == nil {
+		return
+	}
+	for {
+		cur := st.acked.Load()
+		if seq <= cur || st.acked.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	select {
+	case st.ackc <- struct{}{}:
+	default:
+	}
+}
+
+// endStream ends a stream its subscriber is done with.
+func (n *Node) endStream(id string) {
+	n.mu.Lock()
+	st := n.streams[id]
+	n.mu.Unlock()
+	if st != nil {
+		st.cancel(errSubscriberEnded)
+	}
+}
+
+// endStreams ends the streams of session this member serves, with cause.
+func (n *Node) endStreams(session string, cause error) {
+	n.mu.Lock()
+	var sts []*ownerStream
+	for _, st := range n.streams {
+		if st.session == session {
+			sts = append(sts, st)
+		}
+	}
+	n.mu.Unlock()
+	for _, st := range sts {
+		st.cancel(cause)
+	}
+}
+
+// subscription is a live stream this node follows, for one consumer.
+type subscription struct {
+	n       *Node
+	agent   string
+	session string
+	ctx     context.Context
+	cancel  context.CancelFunc
+	out     chan protocol.Event
+	errc    chan error
+	in      chan *clusterpb.Envelope
+	self    *actor.PID // the subscriber actor
+	last    uint64     // the last index delivered
+
+	stream string      // the current stream's ID
+	grain  *actor.PID  // the current owner's grain
+	owner  string      // the current owner's member ID
+	closed atomic.Bool // stop was called (the node stops)
+}
+
+// subscribe opens a stream of session after an index; the channels are
+// those of gateway.Router.Subscribe.
+func (n *Node) subscribe(ctx context.Context, agent, session string, after uint64) (<-chan protocol.Event, <-chan error, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &subscription{n: n, agent: agent, session: session, ctx: ctx, cancel: cancel, last: after,
+		out: make(chan protocol.Event, 16), errc: make(chan error, 1), in: make(chan *clusterpb.Envelope, 2*streamWindow+4)}
+	s.self = n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if env, ok := c.Message().(*clusterpb.Envelope); ok {
+			select {
+			case s.in <- env:
+			case <-s.ctx.Done():
+			}
+		}
+	}))
+	if err := s.open(); err != nil {
+		n.system.Root.Stop(s.self)
+		cancel()
+		return nil, nil, err
+	}
+	go s.run()
+	return s.out, s.errc, nil
+}
+
+// open subscribes at the owner of the current view after s.last.
+func (s *subscription) open() error {
+	n := s.n
+	id := n.self.ID + "-" + strconv.FormatUint(n.streamSeq.Add(1), 10)
+	n.mu.Lock()
+	delete(n.subs, s.stream)
+	n.subs[id] = s
+	n.mu.Unlock()
+	s.stream = id
+	req := &clusterpb.SubscribeRequest{Agent: s.agent, Session: s.session, After: s.last, Stream: id,
+		SubscriberAddress: s.self.Address, SubscriberId: s.self.Id}
+	owner, err := n.request(s.ctx, s.session, kindSubscribe, req, &clusterpb.SubscribeResponse{})
+	if err != nil {
+		return err
+	}
+	s.grain = actor.NewPID(owner.Address(), grainPrefix+s.session)
+	s.owner = owner.ID
+	return nil
+}
+
+// endCurrent tells the current owner that this node is done with the
+// current stream.
+func (s *subscription) endCurrent() {
+	if s.grain != nil {
+		s.n.system.Root.Send(s.grain, wrap(kindStreamEnd, &clusterpb.StreamEnd{Stream: s.stream}, time.Time{}))
+	}
+}
+
+// stop ends the subscription (the node stops): its consumer sees
+// actors.ErrClosed.
+func (s *subscription) stop() {
+	s.closed.Store(true)
+	s.cancel()
+}
+
+func (s *subscription) run() {
+	n := s.n
+	defer func() {
+		s.endCurrent()
+		n.mu.Lock()
+		delete(n.subs, s.stream)
+		n.mu.Unlock()
+		n.system.Root.Stop(s.self)
+		s.cancel()
+		close(s.out)
+	}()
+	fail := func(err error) {
+		if s.ctx.Err() == nil || s.closed.Load() {
+			if s.closed.Load() {
+				err = actors.ErrClosed
+			}
+			s.errc <- err
+		}
+	}
+	stall := time.NewTimer(streamStall)
+	defer stall.Stop()
+	for {
+		v := n.view.Load()
+		resubscribe := false
+		select {
+		case env := <-s.in:
+			switch env.Kind {
+			case kindStreamBatch:
+				var m clusterpb.StreamBatch
+				if unwrap(env, &m) != nil || m.Stream != s.stream {
+					continue
+				}
+				stall.Reset(streamStall)
+				for _, e := range m.Events {
+					if e.Index <= s.last {
+						continue // a duplicate
+					}
+					if e.Index != s.last+1 {
+						resubscribe = true // a gap: read it again
+						break
+					}
+					select {
+					case s.out <- actors.EventsFromPB([]*sessionpb.Event{e})[0]:
+						s.last = e.Index
+					case <-s.ctx.Done():
+						fail(s.ctx.Err())
+						return
+					}
+				}
+				if !resubscribe {
+					n.system.Root.Send(s.grain, wrap(kindStreamAck, &clusterpb.StreamAck{Stream: s.stream, Seq: m.Seq}, time.Time{}))
+				}
+			case kindStreamEnd:
+				var m clusterpb.StreamEnd
+				if unwrap(env, &m) != nil || m.Stream != s.stream {
+					continue
+				}
+				err := actors.FromPBError(m.Error)
+				if m.Error == nil || !errors.Is(err, actors.ErrUnavailable) && !errors.Is(err, actors.ErrClosed) {
+					if m.Error == nil {
+						err = actors.ErrMoved
+					} else {
+						fail(err)
+						return
+					}
+				}
+				s.grain = nil // it ended the stream itself
+				resubscribe = true
+			}
+		case <-v.changed:
+			if o, ok := n.owner(s.session); !ok || o.ID != s.owner {
+				resubscribe = true
+			}
+		case <-stall.C:
+			resubscribe = true
+		case <-s.ctx.Done():
+			if s.closed.Load() {
+				fail(actors.ErrClosed)
+			}
+			return
+		}
+		if !resubscribe {
+			continue
+		}
+		s.endCurrent()
+		if err := s.open(); err != nil {
+			fail(err)
+			return
+		}
+		stall.Reset(streamStall)
+	}
+}
