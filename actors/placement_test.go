@@ -13,11 +13,16 @@ import (
 )
 
 // A cluster member's runtime activates only the sessions the cluster
-// places on it (Options.Places): a request for another is ErrMoved (an
+// places on it (Options.Place): a request for another is ErrMoved (an
 // ErrUnavailable, so that a caller that does not route answers 503), and
 // nothing is appended for it.
 func TestPlacesRefusesSessionsPlacedElsewhere(t *testing.T) {
-	g := newFixtureWith(t, `{"default":{"text":"here"}}`, Options{Places: func(session string) bool { return session != "away" }})
+	g := newFixtureWith(t, `{"default":{"text":"here"}}`, Options{Place: func(session string) error {
+		if session == "away" {
+			return ErrMoved
+		}
+		return nil
+	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := g.rt.Push(ctx, "assistant", "away", []protocol.Event{protocol.Inputs.Text("m1", "hello")}, false)

@@ -42,13 +42,15 @@ type Options struct {
 	// Catalog serves model-metadata lookups (nil: no lookups; entries stay
 	// pending).
 	Catalog Catalog
-	// Places, when set, says whether a session is placed on this runtime
-	// (a cluster member: the hash over the live members places it here and
-	// no handoff of it is under way). The runtime activates no session it
-	// does not place, whoever asks (a request, the start-up scan, a timer):
-	// such a request fails with ErrMoved. Nil places every session here
-	// (a single node).
-	Places func(session string) bool
+	// Place, when set, is called before the runtime activates a session,
+	// whoever asks (a request, the start-up scan, a timer); an error
+	// refuses the activation and is the request's error (ErrMoved for a
+	// session another member serves). A cluster member places a session
+	// only where the hash over the live members puts it, and only once
+	// every other member has released it, so Place may block for as long
+	// as that takes; it must not call back into the runtime. Nil places
+	// every session here (a single node).
+	Place func(session string) error
 	// RecoverLater defers the start-up scan (SkipRecovery) until
 	// StartRecovery is called: a cluster member scans once it knows which
 	// sessions the cluster places on it.
@@ -81,7 +83,7 @@ var (
 	ErrPartialDuplicateBatch = persistence.ErrPartialDuplicateBatch
 	ErrUnavailable           = errors.New("actors: session unavailable")
 	// ErrMoved is a request for a session that this runtime does not place
-	// (Options.Places): another member serves it. It is an ErrUnavailable,
+	// (Options.Place): another member serves it. It is an ErrUnavailable,
 	// so that a caller that does not route answers 503.
 	ErrMoved = fmt.Errorf("%w: the session is placed on another member", ErrUnavailable)
 )
@@ -219,8 +221,20 @@ func (r *Runtime) spawn(agent *Agent, session string) (p *actor.PID, spawned boo
 	if p, ok := r.sessions[k]; ok {
 		return p, false, nil
 	}
-	if r.opts.Places != nil && !r.opts.Places(session) {
-		return nil, false, ErrMoved
+	if r.opts.Place != nil {
+		// Outside the lock: placing may wait on other members.
+		r.mu.Unlock()
+		err := r.opts.Place(session)
+		r.mu.Lock()
+		if err != nil {
+			return nil, false, err
+		}
+		if r.closed {
+			return nil, false, ErrClosed
+		}
+		if p, ok := r.sessions[k]; ok {
+			return p, false, nil // activated meanwhile
+		}
 	}
 	s := &sessionActor{rt: r, agent: agent, id: session, store: r.storeOf(agent)}
 	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithDispatcher(r.dispatcher),
@@ -621,7 +635,7 @@ func (r *Runtime) release(p *actor.PID) { r.system.Root.Send(p, &releaseSession{
 // once its write in flight is durable, and returns when they have stopped
 // or ctx ends. Requests that reach them meanwhile are answered as for a
 // stopped session: the runtime retries them on a fresh activation, which
-// Options.Places then refuses with ErrMoved on a member that handed the
+// Options.Place then refuses with ErrMoved on a member that handed the
 // session off. A cluster member releases a session before another member
 // activates it, so that the session never runs on two members at once.
 func (r *Runtime) Release(ctx context.Context, session string) error {
@@ -677,7 +691,7 @@ func (r *Runtime) IsActive(session string) bool {
 
 // Activate activates the agent's session, so that its pending work runs
 // without waiting for a request (a cluster member that takes a session
-// over from one that left); ErrMoved if Options.Places refuses it.
+// over from one that left); the error of Options.Place if it refuses.
 func (r *Runtime) Activate(agentName, session string) error {
 	a, err := r.agent(agentName)
 	if err != nil {

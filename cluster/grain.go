@@ -244,8 +244,8 @@ func (n *Node) receiveActivator(c actor.Context) {
 // member has released the session; ErrMoved if this member does not place
 // it. Concurrent activations of one session wait for the first.
 func (n *Node) activateHere(ctx context.Context, session string) error {
-	if n.rt == nil {
-		return actors.ErrMoved
+	if n.rt == nil || n.cl == nil {
+		return actors.ErrMoved // a gateway, or not started
 	}
 	for {
 		if !n.Places(session) {

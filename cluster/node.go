@@ -17,7 +17,7 @@
 //
 // # Placement and handoff
 //
-// A member places a session (actors.Options.Places) when the hash over its
+// A member places a session (actors.Options.Place) when the hash over its
 // view of the members places the session on it, it is not leaving, and it
 // has not handed the session to another member in this view. A grain is
 // activated by the member the hash names (the activator actor, on a dead
@@ -202,7 +202,7 @@ type Node struct {
 
 // New prepares a node; Start joins it to the cluster. A member passes the
 // runtime it hosts sessions on to Start; build that runtime with
-// actors.Options{Places: node.Places, RecoverLater: true}.
+// actors.Options{Place: node.Place, RecoverLater: true}.
 func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Name == "" {
@@ -385,7 +385,7 @@ func (n *Node) owner(session string) (gossip.Meta, bool) {
 // Places reports whether this member places session now: the hash over
 // its view places it here, the node is not leaving, and it did not hand
 // the session to another member's activation in this view. It is the
-// runtime's actors.Options.Places.
+// basis of Place.
 func (n *Node) Places(session string) bool {
 	if n.leaving.Load() || n.cfg.Role != RoleMember {
 		return false
@@ -403,6 +403,17 @@ func (n *Node) Places(session string) bool {
 	}
 	n.mu.Unlock()
 	return !handed
+}
+
+// Place is the member runtime's actors.Options.Place: the runtime
+// activates a session only once its grain is active here, which needs the
+// hash to place the session on this member and every other member to have
+// released it first (activateHere). It waits at most ReleaseTimeout plus
+// AttemptTimeout.
+func (n *Node) Place(session string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ReleaseTimeout+n.cfg.AttemptTimeout)
+	defer cancel()
+	return n.activateHere(ctx, session)
 }
 
 // Members returns the nodes this node sees now (itself included).

@@ -17,6 +17,7 @@ import (
 	"github.com/a2-runtime/a2/cluster/clusterpb"
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -40,15 +41,31 @@ func freeGossipAddr(t *testing.T) string {
 	return ""
 }
 
-// startTestMember starts a one-member cluster in this process: Pebble on its
-// in-memory filesystem, the script model, the runtime placed by the node.
-func startTestMember(t *testing.T, answer string) (*Node, *actors.Runtime) {
+// memberSetup configures startTestMember.
+type memberSetup struct {
+	script string                                    // the script model's JSON
+	store  persistence.Store                         // the store (default: Pebble on an in-memory filesystem)
+	wrap   func(persistence.Store) persistence.Store // wraps the store for this member's runtime
+	bind   string                                    // gossip address (default: a free one)
+	join   []string
+}
+
+// startTestMember starts a cluster member in this process: the script
+// model, the runtime placed by the node, over a Pebble store.
+func startTestMember(t *testing.T, m memberSetup) (*Node, *actors.Runtime) {
 	t.Helper()
-	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem()})
-	if err != nil {
-		t.Fatal(err)
+	if m.store == nil {
+		st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		m.store = st
 	}
-	sc, err := script.Parse([]byte(`{"default":{"text":"` + answer + `"}}`))
+	if m.bind == "" {
+		m.bind = freeGossipAddr(t)
+	}
+	sc, err := script.Parse([]byte(m.script))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,15 +77,19 @@ func startTestMember(t *testing.T, answer string) (*Node, *actors.Runtime) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	id, err := StoreIdentity(ctx, st)
+	id, err := StoreIdentity(ctx, m.store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(Config{Name: "unit", Role: RoleMember, Bind: freeGossipAddr(t), StoreID: id, Agents: []*actors.Agent{agent}})
+	n, err := New(Config{Name: "unit", Role: RoleMember, Bind: m.bind, Join: m.join, StoreID: id, Agents: []*actors.Agent{agent}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := actors.New(st, []*actors.Agent{agent}, actors.Options{Places: n.Places, RecoverLater: true})
+	store := m.store
+	if m.wrap != nil {
+		store = m.wrap(store)
+	}
+	rt, err := actors.New(store, []*actors.Agent{agent}, actors.Options{Place: n.Place, RecoverLater: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +99,6 @@ func startTestMember(t *testing.T, answer string) (*Node, *actors.Runtime) {
 	t.Cleanup(func() {
 		n.Leave(context.Background())
 		rt.Close()
-		_ = st.Close()
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for len(n.Hosts()) == 0 {
@@ -94,7 +114,7 @@ func startTestMember(t *testing.T, answer string) (*Node, *actors.Runtime) {
 // every malformed or unknown envelope with an error answer, never a crash;
 // it serves requests as before afterwards.
 func TestMemberRefusesBadEnvelopesAndServesTheRouter(t *testing.T) {
-	n, _ := startTestMember(t, "served by the member")
+	n, _ := startTestMember(t, memberSetup{script: `{"default":{"text":"served by the member"}}`})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	r := n.Router()

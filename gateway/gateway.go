@@ -83,6 +83,9 @@ type Options struct {
 	// Logger receives internal errors and recovered panics (default:
 	// discard).
 	Logger *slog.Logger
+	// ClusterStatus, when set (a cluster node), serves GET /v1/cluster:
+	// the node's view of the cluster as JSON (cluster.Status).
+	ClusterStatus func() any
 }
 
 func (o Options) withDefaults() Options {
@@ -128,6 +131,11 @@ func New(router Router, opts Options) *Gateway {
 	mux.Handle("/healthz", methods{http.MethodGet: healthz, http.MethodHead: healthz})
 	if g.opts.Gates != nil {
 		mux.Handle("/v1/test/gates/{name}", methods{http.MethodPost: g.releaseGate})
+	}
+	if g.opts.ClusterStatus != nil {
+		mux.Handle("/v1/cluster", methods{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, g.opts.ClusterStatus())
+		}})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "", "no route for %s %s; docs/http.md lists the routes", r.Method, r.URL.Path))

@@ -33,10 +33,12 @@ import (
 	"time"
 
 	"github.com/a2-runtime/a2/internal/gctune"
+	"github.com/a2-runtime/a2/internal/levelfilter"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/cluster"
 	"github.com/a2-runtime/a2/gateway"
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/catalog"
@@ -128,6 +130,9 @@ type config struct {
 	logger *slog.Logger
 	// heartbeat overrides the stream heartbeat interval (tests).
 	heartbeat time.Duration
+	// cluster is the cluster configuration (cluster.go); role "" or
+	// "single" runs a single node, with no cluster code.
+	cluster clusterFlags
 }
 
 // defaultStepTimeout bounds a model step when the operator sets nothing: a
@@ -164,11 +169,15 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 		return cfg, fmt.Errorf("A2_STEP_TIMEOUT: %w", err)
 	}
 	fs.DurationVar(&cfg.stepTimeout, "step-timeout", stepTimeout, "longest a model step may run before its generation fails; 0 is no limit (A2_STEP_TIMEOUT)")
+	cfg.cluster.register(fs, env)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := cfg.cluster.check(cfg.store != ""); err != nil {
+		return cfg, err
 	}
 	if cfg.stepTimeout < 0 {
 		return cfg, fmt.Errorf("--step-timeout must not be negative, not %s", cfg.stepTimeout)
@@ -198,15 +207,6 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	}
 	p := selectProviders(getenv, cfg.model, sc, cfg.demoDelay)
 
-	store, where, err := openStore(ctx, cfg, logger)
-	if err != nil {
-		return fmt.Errorf("cannot open the store in %s: %w", where, err)
-	}
-	defer func() {
-		if cerr := store.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("closing the store: %w", cerr)
-		}
-	}()
 	agent, err := actors.NewAgent(actors.AgentOptions{
 		Name:         defaultAgent,
 		Model:        harness.ModelID(p.model),
@@ -218,24 +218,59 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	if err != nil {
 		return err
 	}
-	// The runtime logs warnings and errors only: protoactor's lifecycle
-	// lines are not a node operator's business.
-	rtLogger := slog.New(&minLevel{Handler: logger.Handler(), level: slog.LevelWarn})
-	ropts := actors.Options{Logger: rtLogger}
-	if p.real() && cfg.catalog != "" && cfg.catalog != "off" {
-		ropts.Catalog = actors.CatalogCache{Source: cfg.catalog, Cache: &catalog.Cache{}}
-	}
-	rt, err := actors.New(store, []*actors.Agent{agent}, ropts)
-	if err != nil {
+	var (
+		router gateway.Router
+		rt     *actors.Runtime
+		node   *cluster.Node
+	)
+	if cfg.cluster.role != cluster.RoleGateway {
+		var store persistence.Store
+		var where string
+		if store, where, err = openStore(ctx, cfg, logger); err != nil {
+			return fmt.Errorf("cannot open the store in %s: %w", where, err)
+		}
+		defer func() {
+			if cerr := store.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("closing the store: %w", cerr)
+			}
+		}()
+		// The runtime logs warnings and errors only: protoactor's lifecycle
+		// lines are not a node operator's business.
+		rtLogger := levelfilter.New(logger, slog.LevelWarn)
+		ropts := actors.Options{Logger: rtLogger}
+		if p.real() && cfg.catalog != "" && cfg.catalog != "off" {
+			ropts.Catalog = actors.CatalogCache{Source: cfg.catalog, Cache: &catalog.Cache{}}
+		}
+		if cfg.cluster.role == cluster.RoleMember {
+			if node, err = newClusterNode(ctx, cfg, store, agent, logger); err != nil {
+				return err
+			}
+			ropts.Places, ropts.RecoverLater = node.Places, true
+		}
+		if rt, err = actors.New(store, []*actors.Agent{agent}, ropts); err != nil {
+			return err
+		}
+		defer rt.Close()
+		router = gateway.RuntimeRouter{Runtime: rt}
+	} else if node, err = newClusterNode(ctx, cfg, nil, agent, logger); err != nil {
 		return err
 	}
-	defer rt.Close()
+	if node != nil {
+		if err := node.Start(ctx, rt); err != nil {
+			return err
+		}
+		defer node.Stop()
+		router = node.Router()
+	}
 
 	gopts := gateway.Options{AdminToken: cfg.adminToken, Logger: logger, HeartbeatInterval: cfg.heartbeat}
-	if p.script != nil {
+	if p.script != nil && cfg.cluster.role != cluster.RoleGateway {
 		gopts.Gates = p.script
 	}
-	gw := gateway.New(gateway.RuntimeRouter{Runtime: rt}, gopts)
+	if node != nil {
+		gopts.ClusterStatus = func() any { return node.Status() }
+	}
+	gw := gateway.New(router, gopts)
 	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	srv.RegisterOnShutdown(gw.Close)
 	serveErr := make(chan error, 1)
@@ -251,6 +286,11 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	logger.Info("shutting down: finishing requests in flight")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	if node != nil {
+		// A member hands its sessions over first; its HTTP requests in
+		// flight then finish through the cluster, before it leaves.
+		node.Drain(shutdownCtx)
+	}
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		logger.Warn("requests still running at the shutdown deadline were cut", "err", err)
 		_ = srv.Close()
@@ -280,6 +320,9 @@ func printBanner(out io.Writer, base string, cfg config, p providers) {
 	}
 	id := "msg-" + rand.Text()[:10]
 	sessions := base + "/v1/agents/" + defaultAgent + "/sessions/hello"
+	if cfg.cluster.role == cluster.RoleMember || cfg.cluster.role == cluster.RoleGateway {
+		where = cfg.cluster.describe(where)
+	}
 	fmt.Fprintf(out, `A2 node serving %s
   agent:  %s
   model:  %s (%s)
@@ -351,22 +394,4 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 // return.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	panic("pebble: fatal: " + fmt.Sprintf(format, args...))
-}
-
-// minLevel is a slog handler that drops records below a level.
-type minLevel struct {
-	slog.Handler
-	level slog.Level
-}
-
-func (h *minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.level && h.Handler.Enabled(ctx, l)
-}
-
-func (h *minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &minLevel{Handler: h.Handler.WithAttrs(attrs), level: h.level}
-}
-
-func (h *minLevel) WithGroup(name string) slog.Handler {
-	return &minLevel{Handler: h.Handler.WithGroup(name), level: h.level}
 }

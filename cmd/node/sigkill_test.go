@@ -19,6 +19,34 @@ import (
 	"github.com/a2-runtime/a2/protocol"
 )
 
+// testDatabase creates a PostgreSQL database of the test's own on the
+// server A2_TEST_POSTGRES_URL names, dropped when the test ends, and
+// returns its URL; it skips the test when the variable is not set.
+func testDatabase(t *testing.T, ctx context.Context, prefix string) string {
+	t.Helper()
+	base := os.Getenv("A2_TEST_POSTGRES_URL")
+	if base == "" {
+		t.Skip("set A2_TEST_POSTGRES_URL=postgres://... to run the PostgreSQL tests; .ci/run starts a throwaway server")
+	}
+	db := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+		admin.Close(context.Background())
+	})
+	cfg, err := pgx.ParseConfig(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Replace(base, "/"+cfg.Database, "/"+db, 1)
+}
+
 // freePort returns a loopback port nobody listens on right now.
 func freePort(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -66,38 +94,12 @@ func startNodeProcess(t *testing.T, bin, store, scriptFile string) *nodeProcess 
 // same database resumes the turn to completion (issue "A shared store for
 // clusters"). It needs a PostgreSQL server: .ci/run starts one.
 func TestNodeSurvivesSIGKILLWithPostgres(t *testing.T) {
-	base := os.Getenv("A2_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("set A2_TEST_POSTGRES_URL=postgres://... to run the PostgreSQL tests; .ci/run starts a throwaway server")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// A database of its own.
-	db := fmt.Sprintf("a2_sigkill_%d", time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
-		admin.Close(context.Background())
-	}()
-	cfg, err := pgx.ParseConfig(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := strings.Replace(base, "/"+cfg.Database, "/"+db, 1)
+	store := testDatabase(t, ctx, "a2_sigkill")
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "node")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatal(err)
-	}
+	bin := nodeBinary(t)
 	scriptFile := filepath.Join(dir, "script.json")
 	// The answer streams its first word, then holds at a gate.
 	if err := os.WriteFile(scriptFile, []byte(`{"default":{"text":"the answer survives the crash of its node","gate":"hold"}}`), 0o600); err != nil {

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/cluster"
+	"github.com/a2-runtime/a2/persistence"
+)
+
+// clusterFlags are the flags of a cluster node (docs/cluster.md).
+type clusterFlags struct {
+	role       string
+	name       string
+	bind       string
+	advertise  string
+	join       string
+	allowLocal bool
+}
+
+const roleSingle = "single"
+
+func (c *clusterFlags) register(fs *flag.FlagSet, env func(name, def string) string) {
+	fs.StringVar(&c.role, "role", env("A2_ROLE", roleSingle), `"single" (one node, no cluster), "member" (hosts sessions and serves HTTP) or "gateway" (serves HTTP only) (A2_ROLE)`)
+	fs.StringVar(&c.name, "cluster", env("A2_CLUSTER", ""), "name of the cluster to form or join; nodes of another name are refused (A2_CLUSTER)")
+	fs.StringVar(&c.bind, "bind", env("A2_BIND", "127.0.0.1:7946"), "gossip address host:port of a cluster node; the actor remote listens on the next port (A2_BIND)")
+	fs.StringVar(&c.advertise, "advertise", env("A2_ADVERTISE", ""), "gossip address other nodes reach this one at; default --bind (A2_ADVERTISE)")
+	fs.StringVar(&c.join, "join", env("A2_JOIN", ""), "comma-separated gossip addresses of nodes already in the cluster; empty starts a new cluster (A2_JOIN)")
+	allow := env("A2_ALLOW_LOCAL_STORE", "") == "1" || strings.EqualFold(env("A2_ALLOW_LOCAL_STORE", ""), "true")
+	fs.BoolVar(&c.allowLocal, "allow-local-store", allow, "let a member run on the embedded Pebble store in --data: a member that is lost takes its sessions with it until it returns (A2_ALLOW_LOCAL_STORE)")
+}
+
+// check validates the cluster flags; shared says whether --store names a
+// shared store.
+func (c *clusterFlags) check(shared bool) error {
+	switch c.role {
+	case "", roleSingle:
+		c.role = roleSingle
+		return nil
+	case cluster.RoleMember, cluster.RoleGateway:
+	default:
+		return fmt.Errorf("--role must be single, member or gateway, not %q", c.role)
+	}
+	if c.name == "" {
+		return fmt.Errorf("--role %s needs --cluster NAME (A2_CLUSTER): the name every node of the cluster shares", c.role)
+	}
+	for flagName, addr := range map[string]string{"--bind": c.bind, "--advertise": c.advertise} {
+		if addr == "" && flagName == "--advertise" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s must be host:port, not %q", flagName, addr)
+		}
+	}
+	for _, addr := range c.joinList() {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("--join lists host:port addresses; %q is not one", addr)
+		}
+	}
+	if c.role == cluster.RoleMember && !shared && !c.allowLocal {
+		return errors.New("a cluster member needs the cluster's shared store: --store postgres://... (A2_STORE), the same for every member. " +
+			"--allow-local-store runs a member on the embedded Pebble store in --data instead; its sessions then wait for it whenever it is down")
+	}
+	return nil
+}
+
+// joinList is --join as a list.
+func (c *clusterFlags) joinList() []string {
+	var out []string
+	for _, a := range strings.Split(c.join, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// describe is the banner's data line for a cluster node.
+func (c *clusterFlags) describe(where string) string {
+	if c.role == cluster.RoleGateway {
+		return fmt.Sprintf("none: gateway of cluster %q (gossip %s), routing to its members", c.name, c.bind)
+	}
+	return fmt.Sprintf("%s; member of cluster %q (gossip %s, remote on the next port)", where, c.name, c.bind)
+}
+
+// newClusterNode prepares the node's cluster side: a member names its
+// store's identity, which the cluster compares at join.
+func newClusterNode(ctx context.Context, cfg config, store persistence.Store, agent *actors.Agent, logger *slog.Logger) (*cluster.Node, error) {
+	c := cfg.cluster
+	ccfg := cluster.Config{Name: c.name, Role: c.role, Bind: c.bind, Advertise: c.advertise, Join: c.joinList(),
+		Agents: []*actors.Agent{agent}, Logger: logger}
+	if c.role == cluster.RoleMember {
+		if cfg.store == "" {
+			logger.Warn("this member runs on its own embedded Pebble store (--allow-local-store): requests still route by session ID, " +
+				"but the sessions placed on a member that is lost wait until it returns, and a join or leave moves sessions to members that cannot read their logs")
+		} else {
+			id, err := cluster.StoreIdentity(ctx, store)
+			if err != nil {
+				return nil, err
+			}
+			ccfg.StoreID = id
+		}
+	}
+	return cluster.New(ccfg)
+}

@@ -1,0 +1,686 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2/client"
+	"github.com/a2-runtime/a2/cluster"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// The cluster with real processes: three members and a gateway, each an OS
+// process of the node binary on 127.0.0.1, on one throwaway PostgreSQL
+// database (issue 17). One cluster serves every step, in order, since each
+// member start costs about a second inside protoactor: routing by session
+// ID, a turn streamed through the gateway, fifty sessions spread over the
+// members, a graceful leave under traffic with no failed request (and a
+// live stream that follows its session to the new owner), a join, and a
+// gateway restart that clients resume with Last-Event-ID.
+
+// clusterProc is one node process of a test cluster.
+type clusterProc struct {
+	name   string
+	cmd    *exec.Cmd
+	url    string // HTTP
+	gossip string // --bind
+	log    string // its stderr and stdout
+	exited chan struct{}
+}
+
+// freePortPair returns a loopback port p such that p (TCP and UDP) and p+1
+// (TCP) are free right now: a node's gossip and actor remote.
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if p >= 65534 {
+			continue
+		}
+		ok := true
+		for _, probe := range []func() (io.Closer, error){
+			func() (io.Closer, error) { return net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))) },
+			func() (io.Closer, error) { return net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1))) },
+			func() (io.Closer, error) {
+				return net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			},
+		} {
+			c, err := probe()
+			if err != nil {
+				ok = false
+				break
+			}
+			defer c.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no free pair of ports")
+	return 0
+}
+
+// startClusterProc starts a node process; httpAddr "" picks a port.
+func startClusterProc(t *testing.T, name, httpAddr string, args ...string) *clusterProc {
+	t.Helper()
+	if httpAddr == "" {
+		httpAddr = freePort(t)
+	}
+	p := &clusterProc{name: name, url: "http://" + httpAddr, log: filepath.Join(t.TempDir(), name+".log"), exited: make(chan struct{})}
+	for i, a := range args {
+		if a == "--bind" {
+			p.gossip = args[i+1]
+		}
+	}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(nodeBinary(t), append([]string{"--addr", httpAddr}, args...)...)
+	p.cmd.Env = append(os.Environ(), "A2_ADMIN_TOKEN=cluster-test")
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("--- log of %s ---\n%s", name, tail(string(b), 60))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get(p.url + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case <-p.exited:
+			b, _ := os.ReadFile(p.log)
+			t.Fatalf("%s exited before serving:\n%s", name, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not serve within 30 s", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runUntilExit runs a node process that must fail to start, and returns
+// what it printed; it fails the test if the process still runs after 20 s.
+func runUntilExit(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(nodeBinary(t), append([]string{"--addr", freePort(t)}, args...)...)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("%s exited 0; want a refusal", name)
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Errorf("%s still ran after 20 s; want a refusal at join", name)
+	}
+	return out.String()
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// status reads the node's GET /v1/cluster.
+func (p *clusterProc) status(t *testing.T) cluster.Status {
+	t.Helper()
+	var st cluster.Status
+	getJSON(t, p.url+"/v1/cluster", &st)
+	return st
+}
+
+// waitHosts waits until the node sees exactly want members hosting
+// sessions.
+func (p *clusterProc) waitHosts(t *testing.T, want int) cluster.Status {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st := p.status(t)
+		if len(st.Hosts) == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s sees hosts %v, want %d", p.name, st.Hosts, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func getJSON(t *testing.T, url string, out any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, b)
+	}
+}
+
+// pushText pushes a user message over raw HTTP, with no retry of its own:
+// the status is what the gateway answered.
+func pushText(base, session, id, text string) (int, string, error) {
+	ev := protocol.Inputs.Text(id, text)
+	body, _ := json.Marshal(map[string]any{"events": []protocol.Event{ev}})
+	resp, err := http.Post(base+"/v1/agents/assistant/sessions/"+session+"/events", "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
+
+// sseEvent is one event of a stream, as the test reads it.
+type sseEvent struct {
+	id int
+	ev protocol.Event
+}
+
+// readStream reads a session's SSE stream from base, resuming after
+// lastID when it is above 0, and sends each event on out until ctx ends or
+// the stream does; it returns the last ID read.
+func readStream(ctx context.Context, base, session string, lastID int, out chan<- sseEvent) (int, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/agents/assistant/sessions/"+session+"/stream", nil)
+	if lastID > 0 {
+		req.Header.Set("Last-Event-ID", strconv.Itoa(lastID))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return lastID, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return lastID, fmt.Errorf("stream: %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	id := 0
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			id, _ = strconv.Atoi(strings.TrimPrefix(line, "id: "))
+		case strings.HasPrefix(line, "data: "):
+			var ev protocol.Event
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
+				return lastID, err
+			}
+			select {
+			case out <- sseEvent{id, ev}:
+				lastID = id
+			case <-ctx.Done():
+				return lastID, ctx.Err()
+			}
+		}
+	}
+	return lastID, sc.Err()
+}
+
+// turnDone reports whether a session's state shows its turns finished with
+// the answer text.
+func turnDone(t *testing.T, base, session string, turns int) bool {
+	t.Helper()
+	c, err := client.New(base, "assistant", client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := c.State(context.Background(), session)
+	if err != nil {
+		t.Fatalf("state of %s: %v", session, err)
+	}
+	ai := st.AI
+	if ai.Active != nil || len(ai.Messages) != 2*turns {
+		return false
+	}
+	return ai.Messages[len(ai.Messages)-1].Role == "assistant" && lastTextOf(ai) == clusterAnswer
+}
+
+const clusterAnswer = "routed through the gateway to the member that owns the session"
+
+func waitTurns(t *testing.T, base string, sessions []string, turns int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range sessions {
+		for !turnDone(t, base, s, turns) {
+			if time.Now().After(deadline) {
+				t.Fatalf("session %s did not finish %d turns", s, turns)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// ownersOf asks every member which sessions it has active; a session
+// active on two members at once fails the test.
+func ownersOf(t *testing.T, members []*clusterProc) map[string]string {
+	t.Helper()
+	owner := map[string]string{}
+	for _, m := range members {
+		for _, s := range m.status(t).Sessions {
+			if o, dup := owner[s]; dup {
+				t.Fatalf("session %s is active on %s and %s", s, o, m.name)
+			}
+			owner[s] = m.name
+		}
+	}
+	return owner
+}
+
+// noDoubleWriters fails if a member's log shows a write refused by the
+// store's fence (a session written from two members at once).
+func noDoubleWriters(t *testing.T, procs []*clusterProc) {
+	t.Helper()
+	for _, p := range procs {
+		b, _ := os.ReadFile(p.log)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "write failure") || strings.Contains(line, "index conflict") {
+				t.Errorf("%s: %s", p.name, line)
+			}
+		}
+	}
+}
+
+func TestClusterOfProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	store := testDatabase(t, ctx, "a2_cluster")
+	scriptFile := filepath.Join(t.TempDir(), "script.json")
+	if err := os.WriteFile(scriptFile, []byte(`{"default":{"text":"`+clusterAnswer+`","delayMs":5}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	member := func(name string, join ...*clusterProc) *clusterProc {
+		args := []string{"--role", "member", "--cluster", "test", "--bind", "127.0.0.1:" + strconv.Itoa(freePortPair(t)),
+			"--store", store, "--script", scriptFile}
+		var addrs []string
+		for _, j := range join {
+			addrs = append(addrs, j.gossip)
+		}
+		if len(addrs) > 0 {
+			args = append(args, "--join", strings.Join(addrs, ","))
+		}
+		return startClusterProc(t, name, "", args...)
+	}
+	m1 := member("m1")
+	m2 := member("m2", m1)
+	m3 := member("m3", m1, m2)
+	gatewayBind := "127.0.0.1:" + strconv.Itoa(freePortPair(t))
+	gatewayHTTP := freePort(t)
+	startGateway := func() *clusterProc {
+		return startClusterProc(t, "gateway", gatewayHTTP, "--role", "gateway", "--cluster", "test", "--bind", gatewayBind,
+			"--join", m1.gossip+","+m2.gossip)
+	}
+	gw := startGateway()
+	members := []*clusterProc{m1, m2, m3}
+	st := gw.waitHosts(t, 3)
+	for _, m := range members {
+		m.waitHosts(t, 3)
+	}
+
+	t.Run("a member of another store or cluster name is refused at join", func(t *testing.T) {
+		other := testDatabase(t, ctx, "a2_cluster_other")
+		for _, c := range []struct {
+			name, cluster, store, want string
+		}{
+			{"other-store", "test", other, "store"},
+			{"other-name", "elsewhere", store, "cluster"},
+		} {
+			log := runUntilExit(t, c.name, "--role", "member", "--cluster", c.cluster, "--bind", "127.0.0.1:"+strconv.Itoa(freePortPair(t)),
+				"--store", c.store, "--script", scriptFile, "--join", m1.gossip)
+			if !strings.Contains(log, "refused") || !strings.Contains(log, c.want) {
+				t.Errorf("%s: the node's last words do not say it was refused for its %s:\n%s", c.name, c.want, tail(log, 10))
+			}
+		}
+		for _, m := range append(members, gw) {
+			if got := len(m.status(t).Members); got != 4 {
+				t.Errorf("%s lists %d nodes after the refused joins, want 4", m.name, got)
+			}
+		}
+	})
+
+	sessions := make([]string, 50)
+	for i := range sessions {
+		sessions[i] = fmt.Sprintf("c-%02d", i)
+	}
+
+	t.Run("a turn streamed through the gateway", func(t *testing.T) {
+		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+		defer scancel()
+		evs := make(chan sseEvent, 1024)
+		go func() { _, _ = readStream(sctx, gw.url, "streamed", 0, evs) }()
+		if code, body, err := pushText(gw.url, "streamed", "streamed-1", "hello"); err != nil || code != http.StatusOK {
+			t.Fatalf("push: %d %s %v", code, body, err)
+		}
+		var text strings.Builder
+		want := 1
+		for {
+			select {
+			case e := <-evs:
+				if e.id != want {
+					t.Fatalf("stream id %d, want %d (no gap, no duplicate)", e.id, want)
+				}
+				want++
+				if e.ev.Type == protocol.TypeGenerationProgress {
+					var p struct {
+						Chunks []protocol.UIMessageChunk `json:"chunks"`
+					}
+					_ = json.Unmarshal(e.ev.Payload, &p)
+					for _, c := range p.Chunks {
+						if c.Type == "text-delta" {
+							text.WriteString(c.Delta)
+						}
+					}
+				}
+				if text.String() == clusterAnswer && e.ev.Type == protocol.TypeGenerationCompleted {
+					return
+				}
+			case <-sctx.Done():
+				t.Fatalf("the streamed turn did not complete; text so far %q", text.String())
+			}
+		}
+	})
+
+	t.Run("fifty sessions routed by session ID and spread over the members", func(t *testing.T) {
+		for _, s := range sessions {
+			if code, body, err := pushText(gw.url, s, s+"-1", "hello"); err != nil || code != http.StatusOK {
+				t.Fatalf("push %s: %d %s %v", s, code, body, err)
+			}
+		}
+		waitTurns(t, gw.url, sessions, 1)
+		owners := ownersOf(t, members)
+		hosts := st.Members[:0:0]
+		for _, m := range st.Members {
+			if slices.Contains(m.Kinds, cluster.KindSession) {
+				hosts = append(hosts, m)
+			}
+		}
+		byAddr := map[string]string{}
+		for _, m := range members {
+			byAddr[m.status(t).Self.Address()] = m.name
+		}
+		count := map[string]int{}
+		for _, s := range sessions {
+			want, _ := cluster.Owner(s, hosts)
+			if owners[s] != byAddr[want.Address()] {
+				t.Errorf("session %s is active on %q; the hash places it on %q", s, owners[s], byAddr[want.Address()])
+			}
+			count[owners[s]]++
+		}
+		t.Logf("sessions per member: %v", count)
+		for _, m := range members {
+			if count[m.name] == 0 {
+				t.Errorf("member %s hosts none of the 50 sessions: %v", m.name, count)
+			}
+		}
+	})
+
+	// A stream that stays open across the leave, on a session m3 owns.
+	var onM3 string
+	for s, o := range ownersOf(t, members) {
+		if o == "m3" {
+			onM3 = s
+			break
+		}
+	}
+	if onM3 == "" {
+		t.Fatal("m3 owns no session")
+	}
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	defer stopFollowing()
+	followed := make(chan sseEvent, 4096)
+	go func() { _, _ = readStream(followCtx, gw.url, onM3, 0, followed) }()
+
+	// Traffic through the gateway while members leave and join: every push
+	// is answered 200, or the test fails.
+	var pushes, failures atomic.Int64
+	var failMu sync.Mutex
+	var failed []string
+	traffic := func(stop <-chan struct{}, turn int) *sync.WaitGroup {
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; ; i += 4 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					s := sessions[i%len(sessions)]
+					code, body, err := pushText(gw.url, s, fmt.Sprintf("%s-t%d-%d", s, turn, i), "more")
+					pushes.Add(1)
+					if err != nil || code != http.StatusOK {
+						failures.Add(1)
+						failMu.Lock()
+						failed = append(failed, fmt.Sprintf("%s: %d %s %v", s, code, body, err))
+						failMu.Unlock()
+					}
+					if i >= 4*len(sessions) {
+						return // a bounded load
+					}
+				}
+			}()
+		}
+		return &wg
+	}
+
+	t.Run("a graceful leave under traffic fails no request", func(t *testing.T) {
+		stop := make(chan struct{})
+		wg := traffic(stop, 2)
+		time.Sleep(200 * time.Millisecond)
+		if err := m3.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-m3.exited:
+		case <-time.After(30 * time.Second):
+			t.Fatal("m3 did not exit within 30 s of SIGTERM")
+		}
+		gw.waitHosts(t, 2)
+		time.Sleep(200 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if failures.Load() > 0 {
+			t.Fatalf("%d of %d pushes failed during the leave: %v", failures.Load(), pushes.Load(), failed)
+		}
+		t.Logf("%d pushes during the leave, none failed", pushes.Load())
+		members = []*clusterProc{m1, m2}
+		// The session m3 owned answers a new turn from its new owner, and the
+		// stream opened before the leave delivers all of it, in order.
+		if code, body, err := pushText(gw.url, onM3, onM3+"-after-leave", "again"); err != nil || code != http.StatusOK {
+			t.Fatalf("push after the leave: %d %s %v", code, body, err)
+		}
+		deadline := time.After(30 * time.Second)
+		want, completed := 1, 0
+		for completed < 2 {
+			select {
+			case e := <-followed:
+				if e.id != want {
+					t.Fatalf("the followed stream gave id %d, want %d: a gap or a duplicate across the move", e.id, want)
+				}
+				want++
+				if e.ev.Type == protocol.TypeGenerationCompleted {
+					completed++
+				}
+			case <-deadline:
+				t.Fatalf("the followed stream did not deliver the turn after the leave (next id %d)", want)
+			}
+		}
+		_ = ownersOf(t, members) // no session on two members
+	})
+
+	t.Run("a member that joins takes its share as sessions are next addressed", func(t *testing.T) {
+		pushes.Store(0)
+		stop := make(chan struct{})
+		wg := traffic(stop, 3)
+		m4 := member("m4", m1)
+		gw.waitHosts(t, 3)
+		members = []*clusterProc{m1, m2, m4}
+		time.Sleep(300 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if failures.Load() > 0 {
+			t.Fatalf("%d of %d pushes failed during the join: %v", failures.Load(), pushes.Load(), failed)
+		}
+		for _, s := range sessions {
+			if code, body, err := pushText(gw.url, s, s+"-after-join", "again"); err != nil || code != http.StatusOK {
+				t.Fatalf("push %s: %d %s %v", s, code, body, err)
+			}
+		}
+		owners := ownersOf(t, members)
+		n := 0
+		for _, s := range sessions {
+			if owners[s] == "m4" {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Fatalf("m4 hosts none of the 50 sessions after they were addressed: %v", owners)
+		}
+		t.Logf("m4 took %d of 50 sessions", n)
+	})
+
+	t.Run("clients resume with Last-Event-ID across a gateway restart", func(t *testing.T) {
+		sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
+		defer scancel()
+		evs := make(chan sseEvent, 4096)
+		lastID := make(chan int, 1)
+		go func() {
+			id, _ := readStream(sctx, gw.url, "resumed", 0, evs)
+			lastID <- id
+		}()
+		if code, body, err := pushText(gw.url, "resumed", "resumed-1", "hello"); err != nil || code != http.StatusOK {
+			t.Fatalf("push: %d %s %v", code, body, err)
+		}
+		seen := 0
+		for seen < 5 {
+			e := <-evs
+			seen++
+			if e.id != seen {
+				t.Fatalf("id %d, want %d", e.id, seen)
+			}
+		}
+		if err := gw.cmd.Process.Kill(); err != nil { // SIGKILL
+			t.Fatal(err)
+		}
+		<-gw.exited
+		resumeAfter := <-lastID
+		for len(evs) > 0 {
+			e := <-evs
+			seen++
+			if e.id != seen {
+				t.Fatalf("id %d, want %d", e.id, seen)
+			}
+		}
+		if resumeAfter != seen {
+			t.Fatalf("the stream read up to %d but delivered %d", resumeAfter, seen)
+		}
+		gw = startGateway()
+		gw.waitHosts(t, 3)
+		go func() { _, _ = readStream(sctx, gw.url, "resumed", resumeAfter, evs) }()
+		for {
+			select {
+			case e := <-evs:
+				seen++
+				if e.id != seen {
+					t.Fatalf("after the restart: id %d, want %d (no gap, no duplicate)", e.id, seen)
+				}
+				if e.ev.Type == protocol.TypeGenerationCompleted {
+					return
+				}
+			case <-sctx.Done():
+				t.Fatalf("the resumed stream did not complete the turn (at id %d)", seen)
+			}
+		}
+	})
+
+	noDoubleWriters(t, []*clusterProc{m1, m2, m3})
+	if os.Getenv("A2_CLUSTER_TEST_LOGS") != "" {
+		for _, p := range []*clusterProc{m1, m2, m3, gw} {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("--- %s ---\n%s", p.name, b)
+		}
+	}
+}
+
+// Bad cluster flags are refused before anything starts, each with a
+// message that says what to do.
+func TestClusterFlagsRefuseBadInput(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string // in the error; "" accepts
+	}{
+		{[]string{"--role", "banana"}, "--role must be single, member or gateway"},
+		{[]string{"--role", "member"}, "--cluster NAME"},
+		{[]string{"--role", "gateway"}, "--cluster NAME"},
+		{[]string{"--role", "member", "--cluster", "c"}, "--allow-local-store"},
+		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store", "--bind", "nope"}, "--bind must be host:port"},
+		{[]string{"--role", "gateway", "--cluster", "c", "--advertise", "nope"}, "--advertise must be host:port"},
+		{[]string{"--role", "gateway", "--cluster", "c", "--join", "127.0.0.1:7946,nope"}, `"nope" is not one`},
+		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store"}, ""},
+		{[]string{"--role", "member", "--cluster", "c", "--store", "postgres://x/y"}, ""},
+		{[]string{"--role", "gateway", "--cluster", "c", "--join", "127.0.0.1:7946"}, ""},
+		{[]string{"--role", "single"}, ""},
+		{nil, ""},
+	}
+	for _, c := range cases {
+		_, err := parseServeFlags(c.args, func(string) string { return "" }, io.Discard)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: %v", c.args, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
+}
