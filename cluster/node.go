@@ -312,6 +312,9 @@ func startMember(c *protocluster.Cluster) (err error) {
 	return nil
 }
 
+// Config is the node's configuration, with its defaults.
+func (n *Node) Config() Config { return n.cfg }
+
 // Self is this node's metadata as it gossips it.
 func (n *Node) Self() gossip.Meta { return n.self }
 

@@ -4,11 +4,13 @@
 // client's and the binary's tests share it.
 //
 // With A2_TEST_ROUTER=cluster in the environment (or Options.Cluster), the
-// gateway serves the cluster's router instead of the runtime's: the node
-// is a one-member cluster on loopback, and every request goes through the
-// cluster's envelopes, grains, activations and remote streams, so that the
-// same tests check that a cluster answers exactly as a single node does
-// (.ci/run runs the gateway's and the client's tests that way too).
+// gateway serves the router of a cluster gateway instead of the runtime's:
+// the process runs a cluster member (with the runtime) and a gateway node
+// (no sessions), two actor systems that talk over the loopback remote, and
+// every request crosses that hop through the cluster's envelopes, grains,
+// activations and remote streams. So the same tests check that a cluster
+// answers exactly as a single node does (.ci/run runs the gateway's and the
+// client's tests that way too).
 package gatewaytest
 
 import (
@@ -65,9 +67,10 @@ type Node struct {
 	Server  *httptest.Server
 	// URL is the base URL, http://127.0.0.1:port.
 	URL string
-	// Cluster is the one-member cluster the gateway routes through, in
-	// cluster mode (nil otherwise).
-	Cluster *cluster.Node
+	// Member and ClusterGateway are the cluster's member and gateway node
+	// in cluster mode (nil otherwise); the HTTP gateway serves
+	// ClusterGateway's router.
+	Member, ClusterGateway *cluster.Node
 }
 
 // Start starts a node; a setup failure fails the test at once.
@@ -103,28 +106,19 @@ func Start(t testing.TB, o Options) *Node {
 	}
 	ropts := actors.Options{}
 	if o.Cluster || os.Getenv("A2_TEST_ROUTER") == "cluster" {
-		n.Cluster = newMember(t, n.Store, agents)
-		ropts.Place, ropts.RecoverLater = n.Cluster.Place, true
+		n.Member = newClusterNode(t, n.Store, agents, cluster.RoleMember, nil)
+		n.ClusterGateway = newClusterNode(t, nil, agents, cluster.RoleGateway, []string{n.Member.Config().Bind})
+		ropts.Place, ropts.RecoverLater = n.Member.Place, true
 	}
 	n.Runtime, err = actors.New(n.Store, agents, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var router gateway.Router = gateway.RuntimeRouter{Runtime: n.Runtime}
-	if n.Cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := n.Cluster.Start(ctx, n.Runtime); err != nil {
-			t.Fatal(err)
-		}
-		router = n.Cluster.Router()
-		for len(n.Cluster.Hosts()) == 0 {
-			if ctx.Err() != nil {
-				t.Fatal("the one-member cluster never saw itself up")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		o.Gateway.ClusterStatus = func() any { return n.Cluster.Status() }
+	if n.Member != nil {
+		startCluster(t, n.Member, n.ClusterGateway, n.Runtime)
+		router = n.ClusterGateway.Router()
+		o.Gateway.ClusterStatus = func() any { return n.ClusterGateway.Status() }
 	}
 	if o.Wrap != nil {
 		router = o.Wrap(router)
@@ -138,8 +132,9 @@ func Start(t testing.TB, o Options) *Node {
 	t.Cleanup(func() {
 		n.Gateway.Close() // end live streams, so that the server's Close returns
 		n.Server.Close()
-		if n.Cluster != nil {
-			n.Cluster.Leave(context.Background())
+		if n.Member != nil {
+			n.ClusterGateway.Stop()
+			n.Member.Leave(context.Background())
 		}
 		n.Runtime.Close()
 		if err := n.Store.Close(); err != nil {
@@ -149,19 +144,46 @@ func Start(t testing.TB, o Options) *Node {
 	return n
 }
 
-// newMember prepares a one-member cluster on a free loopback port pair.
-func newMember(t testing.TB, store persistence.Store, agents []*actors.Agent) *cluster.Node {
+// newClusterNode prepares a node of the test cluster on a free loopback
+// port pair; a member names its store.
+func newClusterNode(t testing.TB, store persistence.Store, agents []*actors.Agent, role string, join []string) *cluster.Node {
 	t.Helper()
-	id, err := cluster.StoreIdentity(context.Background(), store)
-	if err != nil {
-		t.Fatal(err)
+	cfg := cluster.Config{Name: "gatewaytest", Role: role, Bind: freeGossipAddr(t), Join: join, Agents: agents}
+	if store != nil {
+		id, err := cluster.StoreIdentity(context.Background(), store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.StoreID = id
 	}
-	node, err := cluster.New(cluster.Config{Name: "gatewaytest", Role: cluster.RoleMember, Bind: freeGossipAddr(t),
-		StoreID: id, Agents: agents})
+	node, err := cluster.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return node
+}
+
+// startCluster starts the member and the gateway node at once (the
+// gateway's join retries until the member's gossip answers) and waits until
+// both see the member up.
+func startCluster(t testing.TB, member, gw *cluster.Node, rt *actors.Runtime) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	memberErr := make(chan error, 1)
+	go func() { memberErr <- member.Start(ctx, rt) }()
+	if err := gw.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-memberErr; err != nil {
+		t.Fatal(err)
+	}
+	for len(member.Hosts()) == 0 || len(gw.Hosts()) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the test cluster never saw its member up")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // freeGossipAddr returns 127.0.0.1:p with p (TCP and UDP) and p+1 (TCP)
