@@ -377,6 +377,10 @@ func (n *Node) releaseAll(sessions []string, done <-chan struct{}) {
 // handOver asks each session's new owner to activate it with its runtime
 // actors, so that the work the session had resumes there at once.
 func (n *Node) handOver(ctx context.Context, sessions []actors.ActiveSession) {
+	if len(sessions) > 0 && len(n.view.Load().hosts) == 0 {
+		n.cfg.Logger.Warn("no member is left to take the sessions over; they resume when a member serves them", "sessions", len(sessions))
+		return
+	}
 	slots := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for _, a := range sessions {

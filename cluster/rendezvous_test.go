@@ -121,3 +121,17 @@ func TestPlacementIgnoresMemberOrder(t *testing.T) {
 		t.Fatal("an owner among no members")
 	}
 }
+
+// BenchmarkOwnerOf measures one placement decision (a node makes one per
+// request it routes) over 3 and 5 members.
+func BenchmarkOwnerOf(b *testing.B) {
+	ids := sessionIDs(1024)
+	for _, n := range []int{3, 5} {
+		hosts := members(n)
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			for i := range b.N {
+				_, _ = ownerOf(ids[i%len(ids)], hosts)
+			}
+		})
+	}
+}

@@ -55,15 +55,21 @@ func BenchmarkHTTPPush(b *testing.B) {
 // BenchmarkPushToFirstToken measures, over HTTP, the time from a push of a
 // generating message to the first streamed text chunk of its answer on the
 // session's Server-Sent Events stream (a fresh session each time), with one
-// client (the latency of an idle node) and with 10 concurrent clients.
+// client (the latency of an idle node) and with 10 concurrent clients, on
+// a single node (router=single) and through a cluster (router=cluster: the
+// HTTP gateway of a gateway node that routes every push and the stream's
+// events over the loopback remote to a member, in the same process), so
+// that one run compares the two.
 func BenchmarkPushToFirstToken(b *testing.B) {
-	for _, clients := range []int{1, 10} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) { benchFirstToken(b, clients) })
+	for _, router := range []string{"single", "cluster"} {
+		for _, clients := range []int{1, 10} {
+			b.Run(fmt.Sprintf("router=%s/clients=%d", router, clients), func(b *testing.B) { benchFirstToken(b, router == "cluster", clients) })
+		}
 	}
 }
 
-func benchFirstToken(b *testing.B, clients int) {
-	f := wrapNodeB(b, `{"default":{"text":"a short streamed answer"}}`)
+func benchFirstToken(b *testing.B, cluster bool, clients int) {
+	f := &fixture{Node: gatewaytest.Start(b, gatewaytest.Options{Script: `{"default":{"text":"a short streamed answer"}}`, Cluster: cluster})}
 	var next atomic.Int64
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -120,6 +126,39 @@ func benchFirstToken(b *testing.B, clients int) {
 	}
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[(len(lat)-1)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkRouterState measures one read of an active session's state
+// through the Router, on a single node and through a cluster gateway (one
+// hop over the loopback remote to the member, and back): the difference is
+// the cost of the hop. It reports p50 and p99 per request, one caller.
+func BenchmarkRouterState(b *testing.B) {
+	for _, router := range []string{"single", "cluster"} {
+		b.Run("router="+router, func(b *testing.B) {
+			n := gatewaytest.Start(b, gatewaytest.Options{Script: `{"default":{"text":"ok"}}`, Cluster: router == "cluster"})
+			var r gateway.Router = gateway.RuntimeRouter{Runtime: n.Runtime}
+			if n.ClusterGateway != nil {
+				r = n.ClusterGateway.Router()
+			}
+			ctx := context.Background()
+			if _, err := r.Push(ctx, gatewaytest.Agent, "hop", []protocol.Event{protocol.Inputs.Text("m1", "hi")}, false); err != nil {
+				b.Fatal(err)
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				if _, _, err := r.State(ctx, gatewaytest.Agent, "hop"); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[(len(lat)-1)*99/100].Microseconds())/1000, "p99-ms")
+		})
+	}
 }
 
 func wrapNodeB(b *testing.B, script string) *fixture {
