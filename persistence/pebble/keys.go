@@ -14,6 +14,8 @@ import (
 //	'm' session                                    -> SessionMeta (last index)
 //	's' frame(session) frame(reducer) be64(index)  -> Snapshot record
 //	'v'                                            -> format version (uvarint)
+//	'w' session                                    -> (empty) the session may have work
+//	'x'                                            -> (empty) the work index is complete
 //
 // frame(x) is uvarint(len(x)) followed by x, so that no session ID is a
 // prefix of another's keys whatever bytes it contains. Indexes are
@@ -26,6 +28,8 @@ const (
 	tagMeta     = 'm'
 	tagSnapshot = 's'
 	tagFormat   = 'v'
+	tagWork     = 'w'
+	tagWorkDone = 'x'
 )
 
 // formatVersion is the version of the layout and encodings above. Open
@@ -33,6 +37,18 @@ const (
 const formatVersion = 1
 
 var formatKey = []byte{tagFormat}
+
+// workCompleteKey marks a work index that covers every session: written
+// with the format version of a new store, or by MarkWorkIndexComplete.
+var workCompleteKey = []byte{tagWorkDone}
+
+// workKey is the key of session's entry in the index of sessions with work
+// (the bare session ID, so that a scan of the 'w' range lists them in
+// ascending order).
+func workKey(session string) []byte {
+	k := make([]byte, 0, 1+len(session))
+	return append(append(k, tagWork), session...)
+}
 
 func appendFrame(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
@@ -127,6 +143,10 @@ func describeKey(key []byte) string {
 		}
 	case tagFormat:
 		return fmt.Sprintf("format key %q", key)
+	case tagWork:
+		return fmt.Sprintf("work key %q (session %q)", key, key[1:])
+	case tagWorkDone:
+		return fmt.Sprintf("work-index-complete key %q", key)
 	}
 	return fmt.Sprintf("key %q", key)
 }

@@ -273,6 +273,12 @@ func (s *Store) checkFormat() error {
 			_ = b.Close()
 			return fmt.Errorf("persistence/pebble: write format version: %w", err)
 		}
+		// A new store: every session it will hold gets its work mark with
+		// its appends, so its work index is complete from the start.
+		if err := b.Set(workCompleteKey, nil, nil); err != nil {
+			_ = b.Close()
+			return fmt.Errorf("persistence/pebble: mark the work index complete: %w", err)
+		}
 		return s.commit(b)
 	}
 	if err != nil {
@@ -305,7 +311,7 @@ func (s *Store) Metrics() (*pebbledb.Metrics, error) {
 // events, their ID-index entries and the session meta in one batch with a
 // WAL sync; advance the acknowledged last index and wake waiters.
 func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events)
+	p, result, err := s.prepareAppend(ctx, session, expected, events, nil)
 	if p == nil {
 		return result, err
 	}
@@ -323,7 +329,7 @@ func (s *Store) Append(ctx context.Context, session string, expected uint64, eve
 // after it: the session actor hands the batch over and is told by the
 // committer (docs/storage.md §2.3).
 func (s *Store) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events)
+	p, result, err := s.prepareAppend(ctx, session, expected, events, nil)
 	if p == nil {
 		done(result, err)
 		return
@@ -348,7 +354,8 @@ type pendingAppend struct {
 // prepareAppend runs Append's steps up to the commit. With a nil
 // pendingAppend, the append has ended with result and err and holds
 // nothing; else the caller commits p.b and calls p.finish with the result.
-func (s *Store) prepareAppend(ctx context.Context, session string, expected uint64, events []protocol.Event) (p *pendingAppend, result []protocol.Event, err error) {
+// A non-nil work sets or clears the session's work mark in the same batch.
+func (s *Store) prepareAppend(ctx context.Context, session string, expected uint64, events []protocol.Event, work *bool) (p *pendingAppend, result []protocol.Event, err error) {
 	batch, err := persistence.PrepareBatch(session, events)
 	if err != nil {
 		return nil, nil, err
@@ -408,6 +415,9 @@ func (s *Store) prepareAppend(ctx context.Context, session string, expected uint
 
 	p.b = s.db.NewBatch()
 	p.newLast, err = s.fillBatch(p.b, session, p.last, s.now().UnixMilli(), batch)
+	if err == nil && work != nil {
+		err = setWork(p.b, session, *work)
+	}
 	if err != nil {
 		_ = p.b.Close()
 		return unclaimed(nil, err)

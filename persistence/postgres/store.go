@@ -273,6 +273,12 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 // Append implements persistence.Store (see the package comment for the
 // transaction).
 func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
+	return s.appendWork(ctx, session, expected, events, nil)
+}
+
+// appendWork is Append that, with a non-nil work, sets or clears the
+// session's work mark in the same transaction.
+func (s *Store) appendWork(ctx context.Context, session string, expected uint64, events []protocol.Event, work *bool) ([]protocol.Event, error) {
 	batch, err := persistence.PrepareBatch(session, events)
 	if err != nil {
 		return nil, err
@@ -285,7 +291,7 @@ func (s *Store) Append(ctx context.Context, session string, expected uint64, eve
 	}
 	defer s.leave()
 	for attempt := 1; ; attempt++ {
-		out, err := s.appendOnce(ctx, session, expected, batch)
+		out, err := s.appendOnce(ctx, session, expected, batch, work)
 		if err == nil || attempt == maxAppendAttempts || !retryable(err) || ctx.Err() != nil {
 			return out, err
 		}
@@ -309,7 +315,7 @@ func retryable(err error) bool {
 }
 
 // appendOnce runs one append transaction.
-func (s *Store) appendOnce(ctx context.Context, session string, expected uint64, batch []protocol.Event) ([]protocol.Event, error) {
+func (s *Store) appendOnce(ctx context.Context, session string, expected uint64, batch []protocol.Event, work *bool) ([]protocol.Event, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("persistence/postgres: append to session %q: begin (nothing written): %w", session, err)
@@ -370,7 +376,11 @@ func (s *Store) appendOnce(ctx context.Context, session string, expected uint64,
 		FROM unnest($2::bigint[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bigint[], $7::bytea[])
 			AS u(idx, id, type, cause, time_ms, payload)`,
 		[]byte(session), idxs, ids, types, causes, times, payloads)
-	b.Queue("UPDATE sessions SET last_idx = $2 WHERE session = $1", []byte(session), newLast)
+	if work != nil {
+		b.Queue("UPDATE sessions SET last_idx = $2, has_work = $3 WHERE session = $1", []byte(session), newLast, *work)
+	} else {
+		b.Queue("UPDATE sessions SET last_idx = $2 WHERE session = $1", []byte(session), newLast)
+	}
 	if payload := strconv.FormatInt(newLast, 10) + " " + hex.EncodeToString([]byte(session)); len(payload) <= maxNotifyPayload {
 		b.Queue("SELECT pg_notify($1, $2)", notifyChannel, payload)
 	}

@@ -1,0 +1,173 @@
+package pebble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	pebbledb "github.com/cockroachdb/pebble/v2"
+
+	"github.com/a2-runtime/a2/persistence"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// The index of sessions with work (persistence.WorkIndexer): a key
+// 'w' session per session that may have work, set or deleted in the batch
+// of the append that changes it, and 'x' once the index covers the whole
+// store (docs/storage.md §1.3).
+
+var _ persistence.WorkIndexer = (*Store)(nil)
+
+// setWork sets or deletes session's work mark in b.
+func setWork(b *pebbledb.Batch, session string, work bool) error {
+	var err error
+	if work {
+		err = b.Set(workKey(session), nil, nil)
+	} else {
+		err = b.Delete(workKey(session), nil)
+	}
+	if err != nil {
+		return fmt.Errorf("persistence/pebble: batch: %w", err)
+	}
+	return nil
+}
+
+// AppendMarked implements persistence.WorkIndexer.
+func (s *Store) AppendMarked(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool) ([]protocol.Event, error) {
+	p, result, err := s.prepareAppend(ctx, session, expected, events, &work)
+	if p == nil {
+		return result, err
+	}
+	return p.finish(s.commit(p.b))
+}
+
+// AppendMarkedAsync implements persistence.WorkIndexer, as AppendAsync.
+func (s *Store) AppendMarkedAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool, done func([]protocol.Event, error)) {
+	p, result, err := s.prepareAppend(ctx, session, expected, events, &work)
+	if p == nil {
+		done(result, err)
+		return
+	}
+	s.commitAsync(p.b, func(err error) { done(p.finish(err)) })
+}
+
+// MarkWork implements persistence.WorkIndexer: under the session's append
+// lock, so that no append of the session runs between the check of its
+// last index and the mark.
+func (s *Store) MarkWork(ctx context.Context, session string, at uint64, work bool) error {
+	if err := persistence.CheckSession(session); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	st := s.sessions.acquire(session)
+	st.appendMu.Lock()
+	defer func() {
+		st.appendMu.Unlock()
+		s.sessions.release(session, st)
+	}()
+	last, err := s.loadLast(st, session)
+	if err != nil {
+		return err
+	}
+	if last != at {
+		return fmt.Errorf("%w: session %q is at index %d, its work mark expected %d", persistence.ErrIndexConflict, session, last, at)
+	}
+	b := s.db.NewBatch()
+	if err := setWork(b, session, work); err != nil {
+		_ = b.Close()
+		return err
+	}
+	return s.commit(b)
+}
+
+// HasWork implements persistence.WorkIndexer.
+func (s *Store) HasWork(ctx context.Context, session string) (bool, error) {
+	if err := persistence.CheckSession(session); err != nil {
+		return false, err
+	}
+	return s.has(ctx, workKey(session))
+}
+
+// has reports whether key is stored.
+func (s *Store) has(ctx context.Context, key []byte) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := s.enter(); err != nil {
+		return false, err
+	}
+	defer s.leave()
+	_, closer, err := s.db.Get(key)
+	if errors.Is(err, pebbledb.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("persistence/pebble: read %s: %w", describeKey(key), err)
+	}
+	closer.Close()
+	return true, nil
+}
+
+// SessionsWithWork implements persistence.WorkIndexer.
+func (s *Store) SessionsWithWork(ctx context.Context, after string, limit int) ([]string, error) {
+	if err := persistence.CheckLimit(limit); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if limit == 0 {
+		return nil, nil
+	}
+	iter, err := s.db.NewIter(&pebbledb.IterOptions{
+		LowerBound: append(workKey(after), 0),
+		UpperBound: []byte{tagWork + 1},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persistence/pebble: list sessions with work: %w", err)
+	}
+	var out []string
+	for valid := iter.First(); valid && len(out) < limit; valid = iter.Next() {
+		out = append(out, string(iter.Key()[1:]))
+	}
+	err = iter.Error()
+	if cerr := iter.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("persistence/pebble: list sessions with work: %w", err)
+	}
+	return out, nil
+}
+
+// WorkIndexComplete implements persistence.WorkIndexer.
+func (s *Store) WorkIndexComplete(ctx context.Context) (bool, error) {
+	return s.has(ctx, workCompleteKey)
+}
+
+// MarkWorkIndexComplete implements persistence.WorkIndexer.
+func (s *Store) MarkWorkIndexComplete(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	b := s.db.NewBatch()
+	if err := b.Set(workCompleteKey, nil, nil); err != nil {
+		_ = b.Close()
+		return fmt.Errorf("persistence/pebble: mark the work index complete: %w", err)
+	}
+	return s.commit(b)
+}

@@ -1,0 +1,70 @@
+package persistence
+
+import (
+	"context"
+
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// WorkIndexer is implemented by a store that keeps a durable index of the
+// sessions that may have work: a session whose folded state has pending
+// work (protocol.Pending not empty: a model step, a tool call, a metadata
+// lookup, an application handler owed an event) is in it, one whose state
+// has none is not. The runtime marks each append with whether the session
+// has work once the batch is folded, and the store writes the mark in the
+// same atomic, synced write as the batch (the same Pebble batch, the same
+// PostgreSQL transaction), so that after a crash the index says exactly
+// what the durable log says. The start-up scan, and a cluster member that
+// takes sessions over, read this index instead of every session of the
+// store: their cost follows the sessions with work.
+//
+// An entry for a session with no work is harmless (its activation finds
+// nothing to do and clears it); a session with work missing from the index
+// would not resume until it is next addressed, which is the case the index
+// must never have.
+type WorkIndexer interface {
+	// AppendMarked is Append, and sets (work true) or clears (work false)
+	// the session's index entry in the same atomic write. An identical
+	// resubmission replays as Append does and changes nothing.
+	AppendMarked(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool) ([]protocol.Event, error)
+	// AppendMarkedAsync is AppendMarked as AsyncAppender.AppendAsync is
+	// Append.
+	AppendMarkedAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool, done func([]protocol.Event, error))
+	// MarkWork sets or clears the session's entry without appending, only
+	// if the session's last index is at (ErrIndexConflict otherwise): it is
+	// fenced like an append, so a stale writer cannot clear the entry of a
+	// session another writer has moved on.
+	MarkWork(ctx context.Context, session string, at uint64, work bool) error
+	// HasWork reports whether the session is in the index.
+	HasWork(ctx context.Context, session string) (bool, error)
+	// SessionsWithWork lists the sessions in the index in ascending byte
+	// order, strictly after after ("" for the start), at most limit.
+	SessionsWithWork(ctx context.Context, after string, limit int) ([]string, error)
+	// WorkIndexComplete reports whether the index covers every session of
+	// the store: false for a store written before the index existed, until
+	// MarkWorkIndexComplete records that a full scan has built it.
+	WorkIndexComplete(ctx context.Context) (bool, error)
+	// MarkWorkIndexComplete records that every session of the store has
+	// its entry (a full scan visited them all).
+	MarkWorkIndexComplete(ctx context.Context) error
+}
+
+// AppendMarkedAsync appends with store's AppendMarkedAsync, marking the
+// session's work, when the store keeps a work index; else with
+// AppendAsync.
+func AppendMarkedAsync(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, work bool, done func([]protocol.Event, error)) {
+	if w, ok := store.(WorkIndexer); ok {
+		w.AppendMarkedAsync(ctx, session, expected, events, work, done)
+		return
+	}
+	AppendAsync(ctx, store, session, expected, events, done)
+}
+
+// AppendMarked appends with store's AppendMarked when it keeps a work
+// index; else with Append.
+func AppendMarked(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, work bool) ([]protocol.Event, error) {
+	if w, ok := store.(WorkIndexer); ok {
+		return w.AppendMarked(ctx, session, expected, events, work)
+	}
+	return store.Append(ctx, session, expected, events)
+}
