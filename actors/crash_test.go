@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,41 @@ func (c *crashStore) AppendAsync(ctx context.Context, session string, expected u
 		c.appended()
 		done(out, err)
 	})
+}
+
+// AppendMarked and AppendMarkedAsync count and crash as Append does, and
+// keep the work mark of the store underneath.
+func (c *crashStore) AppendMarked(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool) ([]protocol.Event, error) {
+	out, err := persistence.AppendMarked(ctx, c.Store, session, expected, events, work)
+	c.appended()
+	return out, err
+}
+
+func (c *crashStore) AppendMarkedAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool, done func([]protocol.Event, error)) {
+	persistence.AppendMarkedAsync(ctx, c.Store, session, expected, events, work, func(out []protocol.Event, err error) {
+		c.appended()
+		done(out, err)
+	})
+}
+
+func (c *crashStore) MarkWork(ctx context.Context, session string, at uint64, work bool) error {
+	return c.Store.(persistence.WorkIndexer).MarkWork(ctx, session, at, work)
+}
+
+func (c *crashStore) HasWork(ctx context.Context, session string) (bool, error) {
+	return c.Store.(persistence.WorkIndexer).HasWork(ctx, session)
+}
+
+func (c *crashStore) SessionsWithWork(ctx context.Context, after string, limit int) ([]string, error) {
+	return c.Store.(persistence.WorkIndexer).SessionsWithWork(ctx, after, limit)
+}
+
+func (c *crashStore) WorkIndexComplete(ctx context.Context) (bool, error) {
+	return c.Store.(persistence.WorkIndexer).WorkIndexComplete(ctx)
+}
+
+func (c *crashStore) MarkWorkIndexComplete(ctx context.Context) error {
+	return c.Store.(persistence.WorkIndexer).MarkWorkIndexComplete(ctx)
 }
 
 // appended counts an append that returned and takes the clone after the
@@ -154,6 +190,12 @@ func crashOnce(seed uint64) error {
 		return fmt.Errorf("reopen: %w", err)
 	}
 	defer st2.Close()
+	// What was synced has the session in the work index exactly when its
+	// log folds to a state with work: above all, no session with work is
+	// missing (it would not resume at start).
+	if err := checkWorkIndex(st2, a); err != nil {
+		return err
+	}
 	model2 := script.New(sc)
 	a2, _ := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"),
 		Models: func(string) (harness.Model, error) { return model2, nil }})
@@ -215,6 +257,40 @@ func crashOnce(seed uint64) error {
 	}
 	if a, b := mustJSON(fresh.Messages), mustJSON(state.Messages); string(a) != string(b) {
 		return fmt.Errorf("the log folds to another transcript than the session's")
+	}
+	return nil
+}
+
+// checkWorkIndex folds every session of st and fails if the work index
+// misses one with work, or lists one without.
+func checkWorkIndex(st *pebblestore.Store, a *Agent) error {
+	ctx := context.Background()
+	indexed, err := st.SessionsWithWork(ctx, "", 1<<20)
+	if err != nil {
+		return err
+	}
+	sessions, err := st.Sessions(ctx, "", 1<<20)
+	if err != nil {
+		return err
+	}
+	for _, id := range sessions {
+		if protocol.IsA2ID(id) {
+			continue
+		}
+		log, err := st.Read(ctx, id, 0, 1<<20)
+		if err != nil {
+			return err
+		}
+		state := protocol.NewAIState()
+		for _, ev := range log {
+			if err := protocol.Fold(state, ev); err != nil {
+				return fmt.Errorf("the synced log of %s does not fold: %w", id, err)
+			}
+		}
+		work := resumable(protocol.Pending(a.work, state))
+		if in := slices.Contains(indexed, id); in != work {
+			return fmt.Errorf("session %s at index %d: pending work %v, in the work index %v", id, len(log), work, in)
+		}
 	}
 	return nil
 }

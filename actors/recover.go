@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2-runtime/a2/persistence"
@@ -23,16 +24,36 @@ import (
 // session is its owner (owner.go); a session without a claim is scanned
 // only when one agent of the runtime uses its store.
 //
-// The scan reads every session of the stores, its snapshot and the log
-// after it (BenchmarkStartupRecovery: 0.1 ms for a session of one short
-// turn, two at a time on two cores). Options.SkipRecovery turns it off,
+// With a store that keeps the index of sessions with work
+// (persistence.WorkIndexer: the Pebble and PostgreSQL stores), the scan
+// reads only the sessions in it, so a store of a million idle sessions
+// starts as fast as an empty one. Without it, or on a store written before
+// the index existed, the scan reads every session of the stores, its
+// snapshot and the log after it (BenchmarkStartupRecovery: 0.1 ms for a
+// session of one short turn, two at a time on two cores), and marks the
+// index complete once it has reached them all. Options.SkipRecovery turns it off,
 // for a node whose sessions are resumed by their clients anyway (a stream
 // that opens wakes its session).
 
 // recoverSessions runs the start-up scan until it has visited every session
-// or ctx ends.
+// with work or ctx ends.
 func (r *Runtime) recoverSessions(ctx context.Context) {
 	defer close(r.recovered)
+	r.ResumeWork(ctx)
+}
+
+// ResumeWork activates, a few at a time, the sessions of the runtime's
+// stores that may have work and that this runtime places (Options.Place),
+// so that their work resumes without waiting for a request, and returns
+// when it has visited them all or ctx ends. A store that keeps a complete
+// index of sessions with work (persistence.WorkIndexer) is read through it,
+// so the scan's cost follows the sessions with work, not all sessions; any
+// other store, or one whose index is not complete yet (written before it
+// existed), is read whole, and its activations repair the index; a full
+// scan that activated every session marks the index complete. A cluster
+// member calls it again whenever the cluster's members change, to take
+// over the sessions with work the hash now places on it.
+func (r *Runtime) ResumeWork(ctx context.Context) {
 	byStore := map[persistence.Store][]*Agent{}
 	var stores []persistence.Store
 	for _, a := range r.agents {
@@ -53,15 +74,29 @@ func (r *Runtime) recoverSessions(ctx context.Context) {
 	slots := make(chan struct{}, recoveryParallelism())
 	for _, st := range stores {
 		agents := byStore[st]
+		list, indexed := st.Sessions, false
+		index, ok := st.(persistence.WorkIndexer)
+		if ok {
+			if complete, err := index.WorkIndexComplete(ctx); err == nil && complete {
+				list, indexed = index.SessionsWithWork, true
+			}
+		}
+		// A full scan marks the index complete only if it reached every
+		// session: each listed, activated (or active already) and not
+		// refused.
+		var missed atomic.Int64
+		listed := false
 		for after := ""; ctx.Err() == nil; {
-			ids, err := st.Sessions(ctx, after, 256)
+			ids, err := list(ctx, after, 256)
 			if err != nil {
 				if ctx.Err() == nil {
-					r.opts.Logger.Warn("start-up recovery could not list the sessions", "err", err)
+					r.opts.Logger.Warn("resuming sessions with work: could not list the sessions", "err", err)
 				}
+				missed.Add(1)
 				break
 			}
 			if len(ids) == 0 {
+				listed = true
 				break
 			}
 			after = ids[len(ids)-1]
@@ -70,7 +105,7 @@ func (r *Runtime) recoverSessions(ctx context.Context) {
 					break // Close: no more lookups, nothing logged
 				}
 				if protocol.IsA2ID(id) {
-					continue // an ownership claim's log
+					continue // an ownership claim's or the store identity's log
 				}
 				select {
 				case slots <- struct{}{}:
@@ -82,9 +117,13 @@ func (r *Runtime) recoverSessions(ctx context.Context) {
 					defer func() { <-slots; wg.Done() }()
 					a := r.ownerAmong(ctx, st, agents, id)
 					if a == nil {
+						missed.Add(1)
 						return
 					}
-					busy, ok := r.recoverOne(ctx, a, id)
+					busy, ok, reached := r.recoverOne(ctx, a, id)
+					if !reached {
+						missed.Add(1)
+					}
 					mu.Lock()
 					defer mu.Unlock()
 					if ok {
@@ -96,10 +135,17 @@ func (r *Runtime) recoverSessions(ctx context.Context) {
 				}()
 			}
 		}
+		wg.Wait()
+		if ok && !indexed && listed && missed.Load() == 0 && ctx.Err() == nil {
+			if err := index.MarkWorkIndexComplete(ctx); err != nil {
+				r.opts.Logger.Warn("could not mark the work index complete; the next start scans every session again", "err", err)
+			} else {
+				r.opts.Logger.Info("the index of sessions with work is complete: later starts read only it")
+			}
+		}
 	}
-	wg.Wait()
 	if visited > 0 {
-		r.opts.Logger.Info("start-up recovery done", "sessions", visited, "resumed", woken, "took", time.Since(began))
+		r.opts.Logger.Info("resumed sessions with work", "sessions", visited, "resumed", woken, "took", time.Since(began))
 	}
 }
 
@@ -109,28 +155,30 @@ func recoveryParallelism() int { return max(2, runtime.GOMAXPROCS(0)) }
 
 // recoverOne activates session, unless something else has, and waits
 // until it has either passivated (nothing to do) or reported work it
-// resumed (busy). visited is false when it was not activated here.
-func (r *Runtime) recoverOne(ctx context.Context, a *Agent, id string) (busy, visited bool) {
+// resumed (busy). visited is false when it was not activated here;
+// reached is false when it could not be activated (refused, or failed):
+// a session active already was reached.
+func (r *Runtime) recoverOne(ctx context.Context, a *Agent, id string) (busy, visited, reached bool) {
 	// Only a session nobody else has activated: one in use already runs
 	// its work, and a probe must not passivate it.
 	p, spawned, err := r.spawn(a, id)
 	if err != nil || !spawned {
-		return false, false
+		return false, false, err == nil
 	}
 	res, err := r.await(r.system.Root.RequestFuture(p, &recoverProbe{}, r.opts.RequestTimeout), r.doneOf(p))
 	if err != nil {
 		r.opts.Logger.Warn("start-up recovery could not activate a session", "session", id, "agent", a.Name(), "err", err)
-		return false, true
+		return false, true, false
 	}
 	if rep, ok := res.(*recoverReply); ok && rep.busy {
-		return true, true
+		return true, true, true
 	}
 	// Passivating: it leaves memory before its slot is reused.
 	select {
 	case <-r.doneOf(p):
 	case <-ctx.Done():
 	}
-	return false, true
+	return false, true, true
 }
 
 // ownerAmong returns the agent among agents (those of one store) that owns

@@ -82,8 +82,9 @@ type sessionActor struct {
 	spent [][]protocol.UIMessageChunk
 
 	// workBuf is reconcile's slice of pending work, reused from one call to
-	// the next.
+	// the next; markBuf is hasWork's.
 	workBuf []protocol.Work
+	markBuf []protocol.Work
 
 	// pendingIDs are the IDs of the work events queued or being written.
 	pendingIDs map[string]bool
@@ -283,7 +284,51 @@ func (s *sessionActor) load() error {
 		claimed = true
 	}
 	s.state, s.index, s.owned = st, index, claimed
+	s.repairWorkMark()
 	return nil
+}
+
+// hasWork reports whether the session's state (with what is queued folded
+// in) has pending work: the mark its next append writes in the store's
+// index of sessions with work (persistence.WorkIndexer).
+func (s *sessionActor) hasWork() bool {
+	s.markBuf = protocol.AppendPending(s.markBuf[:0], s.agent.work, s.state.AI)
+	return resumable(s.markBuf)
+}
+
+// resumable reports whether work holds something that must resume without
+// a client asking: anything but a model-metadata lookup, which waits for
+// the session's next activation (a node without a catalog leaves lookups
+// pending for good, and every session would stay in the index).
+func resumable(work []protocol.Work) bool {
+	for _, w := range work {
+		if w.Kind != protocol.WorkMetadata {
+			return true
+		}
+	}
+	return false
+}
+
+// repairWorkMark sets the session's entry in the store's work index to
+// what its loaded state says, when they differ: a store written before the
+// index existed gets its marks as the start-up scan activates its
+// sessions, and an entry for a session with no work goes. The mark is
+// fenced by the loaded index; a failure is logged, and the next append
+// writes the mark anyway.
+func (s *sessionActor) repairWorkMark() {
+	w, ok := s.store.(persistence.WorkIndexer)
+	if !ok || s.index == 0 {
+		return
+	}
+	ctx := context.Background()
+	has := s.hasWork()
+	indexed, err := w.HasWork(ctx, s.id)
+	if err == nil && indexed != has {
+		err = w.MarkWork(ctx, s.id, s.index, has)
+	}
+	if err != nil {
+		s.rt.opts.Logger.Warn("could not repair the session's mark in the work index", "session", s.id, "work", has, "err", err)
+	}
 }
 
 // replay folds session's log with c, from the latest snapshot under c's
@@ -471,6 +516,9 @@ func (s *sessionActor) tryFlush() {
 	logger := s.rt.opts.Logger
 	claim, agent := !s.owned, s.agent.Name()
 	s.owned = true // or the write fails, which stops the actor
+	// The batch is folded into s.state: whether the session has work after
+	// it goes into the store's work index with it.
+	work := s.hasWork()
 	done := func(stored []protocol.Event, err error) {
 		if err != nil && logger.Enabled(context.Background(), slog.LevelDebug) {
 			ids := make([]string, len(batch))
@@ -487,13 +535,13 @@ func (s *sessionActor) tryFlush() {
 				done(nil, err)
 				return
 			}
-			done(store.Append(context.Background(), session, expected, batch))
+			done(persistence.AppendMarked(context.Background(), store, session, expected, batch, work))
 		}()
 		return
 	}
 	// The store's committer tells the actor when the batch is durable (no
 	// goroutine waits for it), when the store can (the Pebble store).
-	persistence.AppendAsync(context.Background(), store, session, expected, batch, done)
+	persistence.AppendMarkedAsync(context.Background(), store, session, expected, batch, work, done)
 }
 
 // anyEnded reports whether a lane has its terminal event to write. A

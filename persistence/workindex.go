@@ -8,9 +8,10 @@ import (
 
 // WorkIndexer is implemented by a store that keeps a durable index of the
 // sessions that may have work: a session whose folded state has pending
-// work (protocol.Pending not empty: a model step, a tool call, a metadata
-// lookup, an application handler owed an event) is in it, one whose state
-// has none is not. The runtime marks each append with whether the session
+// work that must resume without a client asking (protocol.Pending: a model
+// step, a tool call, an application handler owed an event; a model-metadata
+// lookup alone waits for the session's next activation) is in it, one
+// whose state has none is not. The runtime marks each append with whether the session
 // has work once the batch is folded, and the store writes the mark in the
 // same atomic, synced write as the batch (the same Pebble batch, the same
 // PostgreSQL transaction), so that after a crash the index says exactly

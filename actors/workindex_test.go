@@ -1,0 +1,144 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/persistence"
+	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// loadCounter is the Pebble store (its work index included) that counts
+// session loads, and can pretend its index is not complete yet.
+type loadCounter struct {
+	*pebblestore.Store
+	loads      atomic.Int32
+	incomplete bool
+	marked     atomic.Bool
+}
+
+func (c *loadCounter) LoadSnapshot(ctx context.Context, session, reducer string) (persistence.Snapshot, bool, error) {
+	if !protocol.IsA2ID(session) {
+		c.loads.Add(1)
+	}
+	return c.Store.LoadSnapshot(ctx, session, reducer)
+}
+
+func (c *loadCounter) WorkIndexComplete(ctx context.Context) (bool, error) {
+	if c.incomplete && !c.marked.Load() {
+		return false, nil
+	}
+	return c.Store.WorkIndexComplete(ctx)
+}
+
+func (c *loadCounter) MarkWorkIndexComplete(ctx context.Context) error {
+	c.marked.Store(true)
+	return c.Store.MarkWorkIndexComplete(ctx)
+}
+
+// The start-up scan reads only the index of sessions with work: of 20 idle
+// sessions and one held in the middle of its turn, a restart loads the one
+// and resumes its turn. On a store whose index is not complete yet it
+// reads every session, then marks the index complete.
+func TestStartupScanReadsOnlyTheSessionsWithWork(t *testing.T) {
+	const idle = 20
+	fs := vfs.NewMem()
+	sc, err := script.Parse([]byte(`{"replies":[{"match":"hold","text":"resumed after the restart","gate":"g"}],"default":{"text":"done"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(incomplete bool) (*Runtime, *loadCounter, *script.Model) {
+		st, err := pebblestore.Open("data", pebblestore.Options{FS: fs, Logger: quietPebble{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &loadCounter{Store: st, incomplete: incomplete}
+		model := script.New(sc)
+		a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
+			Models: func(string) (harness.Model, error) { return model, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := New(c, []*Agent{a}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rt, c, model
+	}
+	stop := func(rt *Runtime, c *loadCounter) {
+		rt.Close()
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitState := func(rt *Runtime, session string, cond func(*protocol.AIState) bool) {
+		t.Helper()
+		for {
+			st, _, err := rt.State(ctx, "assistant", session)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cond(st.AI) {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s never reached the state", session)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+
+	rt, c, _ := start(false)
+	<-rt.Recovered()
+	for i := range idle {
+		s := fmt.Sprintf("idle-%02d", i)
+		if _, err := rt.Push(ctx, "assistant", s, []protocol.Event{protocol.Inputs.Text(s+"-m1", "hi")}, false); err != nil {
+			t.Fatal(err)
+		}
+		waitState(rt, s, func(a *protocol.AIState) bool { return a.Active == nil && lastText(a) == "done" })
+	}
+	if _, err := rt.Push(ctx, "assistant", "busy", []protocol.Event{protocol.Inputs.Text("m1", "hold on")}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitState(rt, "busy", func(a *protocol.AIState) bool { return a.Status == protocol.StatusStreaming && lastText(a) != "" })
+	stop(rt, c)
+
+	for _, incomplete := range []bool{false, true} {
+		rt, c, model := start(incomplete)
+		select {
+		case <-rt.Recovered():
+		case <-ctx.Done():
+			t.Fatal("the start-up scan did not end")
+		}
+		want := int32(1)
+		if incomplete {
+			want = idle + 1
+		}
+		if got := c.loads.Load(); got != want {
+			t.Fatalf("index complete %v: the start-up scan loaded %d sessions, want %d", !incomplete, got, want)
+		}
+		if !rt.active(rt.agents["assistant"], "busy") {
+			t.Fatalf("index complete %v: the session with work is not active after the scan", !incomplete)
+		}
+		if incomplete && !c.marked.Load() {
+			t.Fatal("the full scan did not mark the work index complete")
+		}
+		if incomplete {
+			model.Release("g")
+			waitState(rt, "busy", func(a *protocol.AIState) bool {
+				return a.Active == nil && lastText(a) == "resumed after the restart"
+			})
+		}
+		stop(rt, c)
+	}
+}
