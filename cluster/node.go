@@ -198,11 +198,15 @@ type Node struct {
 	streamSeq atomic.Uint64
 	stopOnce  sync.Once
 	stopped   chan struct{}
+	// resume asks the resume loop of a member for one more pass of
+	// ResumeWork (coalesced: a pass already asked for is not asked twice).
+	resume chan struct{}
 }
 
 // New prepares a node; Start joins it to the cluster. A member passes the
 // runtime it hosts sessions on to Start; build that runtime with
-// actors.Options{Place: node.Place, RecoverLater: true}.
+// actors.Options{Place: node.Place, RecoverLater: true} (the node runs the
+// runtime's ResumeWork itself).
 func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Name == "" {
@@ -219,7 +223,8 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, agents: map[string]*actors.Agent{}, handedOff: map[string]uint64{},
 		activating: map[string]chan struct{}{}, grains: map[string]*actor.PID{},
-		streams: map[string]*ownerStream{}, subs: map[string]*subscription{}, stopped: make(chan struct{})}
+		streams: map[string]*ownerStream{}, subs: map[string]*subscription{}, stopped: make(chan struct{}),
+		resume: make(chan struct{}, 1)}
 	for _, a := range cfg.Agents {
 		n.agents[a.Name()] = a
 	}
@@ -245,8 +250,9 @@ func remoteAddr(gossipAddr string) (string, int, error) {
 // (retrying an address nobody answers, refusing a cluster of another name
 // or store), starts protoactor's cluster with this node's kinds, and
 // announces the node as up. rt is the member's runtime (nil for a
-// gateway). A member then scans the store for the sessions with work the
-// cluster places on it.
+// gateway). A member then resumes the sessions with work the cluster
+// places on it (the store's index), and again after each change of the
+// members.
 func (n *Node) Start(ctx context.Context, rt *actors.Runtime) error {
 	if n.cfg.Role == RoleMember && rt == nil {
 		return errors.New("cluster: a member needs a runtime")
@@ -293,7 +299,8 @@ func (n *Node) Start(ctx context.Context, rt *actors.Runtime) error {
 	n.self.Status = gossip.StatusUp
 	go n.watchView()
 	if rt != nil {
-		rt.StartRecovery()
+		go n.resumeLoop()
+		n.askResume()
 	}
 	logger.Info("joined the cluster", "cluster", n.cfg.Name, "role", n.cfg.Role, "id", n.self.ID,
 		"gossip", n.provider.LocalAddr(), "remote", n.self.Address())
@@ -377,6 +384,43 @@ func (n *Node) onView(v *view) {
 	if len(moved) > 0 && !n.leaving.Load() {
 		n.cfg.Logger.Info("releasing sessions the cluster now places elsewhere", "sessions", len(moved))
 		go n.releaseAll(moved, nil)
+	}
+	if n.rt != nil {
+		n.askResume()
+	}
+}
+
+// askResume asks the resume loop for a pass.
+func (n *Node) askResume() {
+	select {
+	case n.resume <- struct{}{}:
+	default:
+	}
+}
+
+// resumeLoop runs the member runtime's ResumeWork at start and after each
+// change of the members, one pass at a time: each pass activates the
+// sessions with work (the store's index) that the hash now places on this
+// member, so that a session whose member left or died resumes its work on
+// its new owner without a client asking, and one a new member takes over
+// moves there at once.
+func (n *Node) resumeLoop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-n.stopped
+		cancel()
+	}()
+	for {
+		select {
+		case <-n.resume:
+		case <-n.stopped:
+			return
+		}
+		if n.leaving.Load() {
+			return
+		}
+		n.rt.ResumeWork(ctx)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/a2-runtime/a2/client"
 	"github.com/a2-runtime/a2/cluster"
+	"github.com/a2-runtime/a2/cluster/gossip"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -288,6 +289,10 @@ func turnDone(t *testing.T, base, session string, turns int) bool {
 
 const clusterAnswer = "routed through the gateway to the member that owns the session"
 
+// longAnswer streams for about two seconds (40 ms a word), long enough to
+// kill its member in the middle.
+var longAnswer = strings.TrimSpace(strings.Repeat("the answer goes on after its member died ", 6))
+
 func waitTurns(t *testing.T, base string, sessions []string, turns int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -299,6 +304,17 @@ func waitTurns(t *testing.T, base string, sessions []string, turns int) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+}
+
+// hostsOf keeps the members that host sessions.
+func hostsOf(nodes []gossip.Meta) []gossip.Meta {
+	var out []gossip.Meta
+	for _, m := range nodes {
+		if m.Status == gossip.StatusUp && slices.Contains(m.Kinds, cluster.KindSession) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // ownersOf asks every member which sessions it has active; a session
@@ -336,7 +352,8 @@ func TestClusterOfProcesses(t *testing.T) {
 	defer cancel()
 	store := testDatabase(t, ctx, "a2_cluster")
 	scriptFile := filepath.Join(t.TempDir(), "script.json")
-	if err := os.WriteFile(scriptFile, []byte(`{"default":{"text":"`+clusterAnswer+`","delayMs":5}}`), 0o600); err != nil {
+	script := `{"replies":[{"match":"long","text":"` + longAnswer + `","delayMs":40}],"default":{"text":"` + clusterAnswer + `","delayMs":5}}`
+	if err := os.WriteFile(scriptFile, []byte(script), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	member := func(name string, join ...*clusterProc) *clusterProc {
@@ -641,6 +658,118 @@ func TestClusterOfProcesses(t *testing.T) {
 				}
 			case <-sctx.Done():
 				t.Fatalf("the resumed stream did not complete the turn (at id %d)", seen)
+			}
+		}
+	})
+
+	t.Run("a member killed with SIGKILL mid-turn: the survivors finish the turn and the stream goes on", func(t *testing.T) {
+		// Two sessions on the member to kill: one followed through the
+		// gateway, one nobody follows or asks about.
+		var victim *clusterProc
+		var session, unwatched string
+		hosts := hostsOf(gw.status(t).Members)
+		ownerName := func(s string) *clusterProc {
+			o, _ := cluster.Owner(s, hosts)
+			for _, m := range members {
+				if m.status(t).Self.ID == o.ID {
+					return m
+				}
+			}
+			return nil
+		}
+		for i := 0; victim == nil; i++ {
+			if m := ownerName(fmt.Sprintf("killed-%d", i)); m != m1 {
+				victim, session = m, fmt.Sprintf("killed-%d", i)
+			}
+		}
+		for i := 0; unwatched == ""; i++ {
+			if ownerName(fmt.Sprintf("unwatched-%d", i)) == victim {
+				unwatched = fmt.Sprintf("unwatched-%d", i)
+			}
+		}
+		if code, body, err := pushText(gw.url, unwatched, unwatched+"-1", "another long question"); err != nil || code != http.StatusOK {
+			t.Fatalf("push: %d %s %v", code, body, err)
+		}
+		sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
+		defer scancel()
+		evs := make(chan sseEvent, 4096)
+		go func() { _, _ = readStream(sctx, gw.url, session, 0, evs) }()
+		if code, body, err := pushText(gw.url, session, session+"-1", "a long question"); err != nil || code != http.StatusOK {
+			t.Fatalf("push: %d %s %v", code, body, err)
+		}
+		seen, deltas := 0, 0
+		next := func() sseEvent {
+			t.Helper()
+			select {
+			case e := <-evs:
+				seen++
+				if e.id != seen {
+					t.Fatalf("stream id %d, want %d (no gap, no duplicate)", e.id, seen)
+				}
+				return e
+			case <-sctx.Done():
+				t.Fatalf("the stream stopped at id %d", seen)
+			}
+			return sseEvent{}
+		}
+		for deltas < 3 {
+			if e := next(); e.ev.Type == protocol.TypeGenerationProgress {
+				deltas++
+			}
+		}
+		if err := victim.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		<-victim.exited
+		var firstAfter time.Duration
+		for {
+			e := next()
+			if firstAfter == 0 && e.ev.Type != protocol.TypeGenerationProgress {
+				firstAfter = time.Since(killed)
+			}
+			if e.ev.Type == protocol.TypeGenerationCompleted {
+				break
+			}
+		}
+		t.Logf("%s killed; its session %s answered again %v after the kill, the turn completed %v after it",
+			victim.name, session, firstAfter.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+		// The session nobody follows was resumed by its new owner on its own
+		// (the store's index of sessions with work): a survivor has it
+		// active before anyone asks about it.
+		var survivors []*clusterProc
+		for _, m := range members {
+			if m != victim {
+				survivors = append(survivors, m)
+			}
+		}
+		for deadline := killed.Add(20 * time.Second); ; {
+			if _, ok := ownersOf(t, survivors)[unwatched]; ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no survivor resumed %s on its own within 20 s of the kill", unwatched)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("the unwatched session %s was active on a survivor when first looked at, %v after the kill", unwatched, time.Since(killed).Round(time.Millisecond))
+		c, _ := client.New(gw.url, "assistant", client.Options{})
+		for _, s := range []string{session, unwatched} {
+			for deadline := time.Now().Add(20 * time.Second); ; {
+				st, _, err := c.State(ctx, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.AI.Active == nil {
+					if got := lastTextOf(st.AI); got != longAnswer {
+						t.Fatalf("after the failover the answer of %s is %q, want the whole answer", s, got)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the turn of %s did not complete after the failover", s)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		}
 	})
