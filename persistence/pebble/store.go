@@ -964,6 +964,15 @@ func (s *Store) Close() error {
 	}
 	s.life.Unlock()
 	s.stopCommitter()
+	// Flushed, the memtables need no WAL replay at the next open: a node
+	// with a million sessions restarted from a graceful stop opened in
+	// 830 ms without this, most of it replaying the WAL
+	// (BenchmarkStartupWithAMillionIdleSessions). Everything acknowledged
+	// is durable in the WAL already: a failed flush loses nothing, and the
+	// next open replays the WAL.
+	if s.failed() == nil {
+		_ = s.db.Flush()
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("persistence/pebble: close: %w", err)
 	}
