@@ -68,16 +68,16 @@ func (c *crashStore) AppendAsync(ctx context.Context, session string, expected u
 	})
 }
 
-// AppendMarked and AppendMarkedAsync count and crash as Append does, and
-// keep the work mark of the store underneath.
-func (c *crashStore) AppendMarked(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool) ([]protocol.Event, error) {
-	out, err := persistence.AppendMarked(ctx, c.Store, session, expected, events, work)
+// AppendWith and AppendWithAsync count and crash as Append does, and keep
+// the options of the store underneath (its work marks).
+func (c *crashStore) AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
+	out, err := persistence.AppendWith(ctx, c.Store, session, expected, events, opts)
 	c.appended()
 	return out, err
 }
 
-func (c *crashStore) AppendMarkedAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool, done func([]protocol.Event, error)) {
-	persistence.AppendMarkedAsync(ctx, c.Store, session, expected, events, work, func(out []protocol.Event, err error) {
+func (c *crashStore) AppendWithAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
+	persistence.AppendWithAsync(ctx, c.Store, session, expected, events, opts, func(out []protocol.Event, err error) {
 		c.appended()
 		done(out, err)
 	})

@@ -519,6 +519,7 @@ func (s *sessionActor) tryFlush() {
 	// The batch is folded into s.state: whether the session has work after
 	// it goes into the store's work index with it.
 	work := s.hasWork()
+	opts := persistence.AppendOptions{Work: &work}
 	done := func(stored []protocol.Event, err error) {
 		if err != nil && logger.Enabled(context.Background(), slog.LevelDebug) {
 			ids := make([]string, len(batch))
@@ -535,13 +536,13 @@ func (s *sessionActor) tryFlush() {
 				done(nil, err)
 				return
 			}
-			done(persistence.AppendMarked(context.Background(), store, session, expected, batch, work))
+			done(persistence.AppendWith(context.Background(), store, session, expected, batch, opts))
 		}()
 		return
 	}
 	// The store's committer tells the actor when the batch is durable (no
 	// goroutine waits for it), when the store can (the Pebble store).
-	persistence.AppendMarkedAsync(context.Background(), store, session, expected, batch, work, done)
+	persistence.AppendWithAsync(context.Background(), store, session, expected, batch, opts, done)
 }
 
 // anyEnded reports whether a lane has its terminal event to write. A

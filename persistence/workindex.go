@@ -24,13 +24,11 @@ import (
 // would not resume until it is next addressed, which is the case the index
 // must never have.
 type WorkIndexer interface {
-	// AppendMarked is Append, and sets (work true) or clears (work false)
-	// the session's index entry in the same atomic write. An identical
-	// resubmission replays as Append does and changes nothing.
-	AppendMarked(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool) ([]protocol.Event, error)
-	// AppendMarkedAsync is AppendMarked as AsyncAppender.AppendAsync is
-	// Append.
-	AppendMarkedAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool, done func([]protocol.Event, error))
+	// The store's appends take AppendOptions.Work: AppendWith sets (Work
+	// true) or clears (Work false) the session's index entry in the same
+	// atomic write as the batch. An identical resubmission replays as
+	// Append does and changes nothing.
+	OptionsAppender
 	// MarkWork sets or clears the session's entry without appending, only
 	// if the session's last index is at (ErrIndexConflict otherwise): it is
 	// fenced like an append, so a stale writer cannot clear the entry of a
@@ -50,22 +48,39 @@ type WorkIndexer interface {
 	MarkWorkIndexComplete(ctx context.Context) error
 }
 
-// AppendMarkedAsync appends with store's AppendMarkedAsync, marking the
-// session's work, when the store keeps a work index; else with
-// AppendAsync.
-func AppendMarkedAsync(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, work bool, done func([]protocol.Event, error)) {
-	if w, ok := store.(WorkIndexer); ok {
-		w.AppendMarkedAsync(ctx, session, expected, events, work, done)
+// AppendOptions are what an append may carry beyond Append's arguments.
+type AppendOptions struct {
+	// Work, when set, marks whether the session has work once the batch is
+	// folded, in the store's work index (WorkIndexer), in the same atomic
+	// write as the batch.
+	Work *bool
+}
+
+// OptionsAppender is implemented by a store whose appends take
+// AppendOptions.
+type OptionsAppender interface {
+	// AppendWith is Append with opts.
+	AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts AppendOptions) ([]protocol.Event, error)
+	// AppendWithAsync is AppendWith as AsyncAppender.AppendAsync is Append.
+	AppendWithAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts AppendOptions, done func([]protocol.Event, error))
+}
+
+// AppendWithAsync appends with store's AppendWithAsync when it takes
+// AppendOptions; else with AppendAsync, without the options (a store
+// without a work index has no mark to write).
+func AppendWithAsync(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, opts AppendOptions, done func([]protocol.Event, error)) {
+	if w, ok := store.(OptionsAppender); ok {
+		w.AppendWithAsync(ctx, session, expected, events, opts, done)
 		return
 	}
 	AppendAsync(ctx, store, session, expected, events, done)
 }
 
-// AppendMarked appends with store's AppendMarked when it keeps a work
-// index; else with Append.
-func AppendMarked(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, work bool) ([]protocol.Event, error) {
-	if w, ok := store.(WorkIndexer); ok {
-		return w.AppendMarked(ctx, session, expected, events, work)
+// AppendWith appends with store's AppendWith when it takes AppendOptions;
+// else with Append, without the options.
+func AppendWith(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, opts AppendOptions) ([]protocol.Event, error) {
+	if w, ok := store.(OptionsAppender); ok {
+		return w.AppendWith(ctx, session, expected, events, opts)
 	}
 	return store.Append(ctx, session, expected, events)
 }

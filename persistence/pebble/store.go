@@ -311,7 +311,7 @@ func (s *Store) Metrics() (*pebbledb.Metrics, error) {
 // events, their ID-index entries and the session meta in one batch with a
 // WAL sync; advance the acknowledged last index and wake waiters.
 func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events, nil)
+	p, result, err := s.prepareAppend(ctx, session, expected, events, persistence.AppendOptions{})
 	if p == nil {
 		return result, err
 	}
@@ -329,7 +329,7 @@ func (s *Store) Append(ctx context.Context, session string, expected uint64, eve
 // after it: the session actor hands the batch over and is told by the
 // committer (docs/storage.md §2.3).
 func (s *Store) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events, nil)
+	p, result, err := s.prepareAppend(ctx, session, expected, events, persistence.AppendOptions{})
 	if p == nil {
 		done(result, err)
 		return
@@ -354,8 +354,8 @@ type pendingAppend struct {
 // prepareAppend runs Append's steps up to the commit. With a nil
 // pendingAppend, the append has ended with result and err and holds
 // nothing; else the caller commits p.b and calls p.finish with the result.
-// A non-nil work sets or clears the session's work mark in the same batch.
-func (s *Store) prepareAppend(ctx context.Context, session string, expected uint64, events []protocol.Event, work *bool) (p *pendingAppend, result []protocol.Event, err error) {
+// opts.Work sets or clears the session's work mark in the same batch.
+func (s *Store) prepareAppend(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) (p *pendingAppend, result []protocol.Event, err error) {
 	batch, err := persistence.PrepareBatch(session, events)
 	if err != nil {
 		return nil, nil, err
@@ -415,8 +415,8 @@ func (s *Store) prepareAppend(ctx context.Context, session string, expected uint
 
 	p.b = s.db.NewBatch()
 	p.newLast, err = s.fillBatch(p.b, session, p.last, s.now().UnixMilli(), batch)
-	if err == nil && work != nil {
-		err = setWork(p.b, session, *work)
+	if err == nil && opts.Work != nil {
+		err = setWork(p.b, session, *opts.Work)
 	}
 	if err != nil {
 		_ = p.b.Close()

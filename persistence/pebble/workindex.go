@@ -32,18 +32,18 @@ func setWork(b *pebbledb.Batch, session string, work bool) error {
 	return nil
 }
 
-// AppendMarked implements persistence.WorkIndexer.
-func (s *Store) AppendMarked(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool) ([]protocol.Event, error) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events, &work)
+// AppendWith implements persistence.OptionsAppender.
+func (s *Store) AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
+	p, result, err := s.prepareAppend(ctx, session, expected, events, opts)
 	if p == nil {
 		return result, err
 	}
 	return p.finish(s.commit(p.b))
 }
 
-// AppendMarkedAsync implements persistence.WorkIndexer, as AppendAsync.
-func (s *Store) AppendMarkedAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool, done func([]protocol.Event, error)) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events, &work)
+// AppendWithAsync implements persistence.OptionsAppender, as AppendAsync.
+func (s *Store) AppendWithAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
+	p, result, err := s.prepareAppend(ctx, session, expected, events, opts)
 	if p == nil {
 		done(result, err)
 		return

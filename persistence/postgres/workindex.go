@@ -19,15 +19,15 @@ var _ persistence.WorkIndexer = (*Store)(nil)
 
 const workIndexComplete = "work-index-complete"
 
-// AppendMarked implements persistence.WorkIndexer.
-func (s *Store) AppendMarked(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool) ([]protocol.Event, error) {
-	return s.appendWork(ctx, session, expected, events, &work)
+// AppendWith implements persistence.OptionsAppender.
+func (s *Store) AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
+	return s.appendWork(ctx, session, expected, events, opts.Work)
 }
 
-// AppendMarkedAsync implements persistence.WorkIndexer: AppendMarked on a
+// AppendWithAsync implements persistence.OptionsAppender: AppendWith on a
 // goroutine of its own.
-func (s *Store) AppendMarkedAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, work bool, done func([]protocol.Event, error)) {
-	go func() { done(s.AppendMarked(ctx, session, expected, events, work)) }()
+func (s *Store) AppendWithAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
+	go func() { done(s.AppendWith(ctx, session, expected, events, opts)) }()
 }
 
 // MarkWork implements persistence.WorkIndexer: one statement that updates
