@@ -54,6 +54,11 @@ type AppendOptions struct {
 	// folded, in the store's work index (WorkIndexer), in the same atomic
 	// write as the batch.
 	Work *bool
+	// Epoch, when not 0, fences the append by the session's lease
+	// (Leaser): it is refused with ErrLeaseLost, and nothing is written,
+	// unless the session's lease is at this epoch. An identical
+	// resubmission still replays.
+	Epoch uint64
 }
 
 // OptionsAppender is implemented by a store whose appends take
@@ -67,7 +72,8 @@ type OptionsAppender interface {
 
 // AppendWithAsync appends with store's AppendWithAsync when it takes
 // AppendOptions; else with AppendAsync, without the options (a store
-// without a work index has no mark to write).
+// without a work index has no mark to write, and one without leases is
+// given no epoch: the caller fences by the expected index only).
 func AppendWithAsync(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, opts AppendOptions, done func([]protocol.Event, error)) {
 	if w, ok := store.(OptionsAppender); ok {
 		w.AppendWithAsync(ctx, session, expected, events, opts, done)

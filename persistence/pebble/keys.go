@@ -11,6 +11,7 @@ import (
 //
 //	'e' frame(session) be64(index)                 -> Event record (the log)
 //	'i' eventID                                    -> EventRef (global ID index)
+//	'l' session                                    -> lease (epoch, expiry, owner)
 //	'm' session                                    -> SessionMeta (last index)
 //	's' frame(session) frame(reducer) be64(index)  -> Snapshot record
 //	'v'                                            -> format version (uvarint)
@@ -25,6 +26,7 @@ import (
 const (
 	tagLog      = 'e'
 	tagID       = 'i'
+	tagLease    = 'l'
 	tagMeta     = 'm'
 	tagSnapshot = 's'
 	tagFormat   = 'v'
@@ -41,6 +43,12 @@ var formatKey = []byte{tagFormat}
 // workCompleteKey marks a work index that covers every session: written
 // with the format version of a new store, or by MarkWorkIndexComplete.
 var workCompleteKey = []byte{tagWorkDone}
+
+// leaseKey is the key of session's lease.
+func leaseKey(session string) []byte {
+	k := make([]byte, 0, 1+len(session))
+	return append(append(k, tagLease), session...)
+}
 
 // workKey is the key of session's entry in the index of sessions with work
 // (the bare session ID, so that a scan of the 'w' range lists them in
@@ -145,6 +153,8 @@ func describeKey(key []byte) string {
 		return fmt.Sprintf("format key %q", key)
 	case tagWork:
 		return fmt.Sprintf("work key %q (session %q)", key, key[1:])
+	case tagLease:
+		return fmt.Sprintf("lease key %q (session %q)", key, key[1:])
 	case tagWorkDone:
 		return fmt.Sprintf("work-index-complete key %q", key)
 	}

@@ -405,6 +405,11 @@ func (s *Store) prepareAppend(ctx context.Context, session string, expected uint
 		return unclaimed(persistence.Resubmission(batch, stored))
 	}
 
+	if opts.Epoch != 0 {
+		if err := s.checkEpoch(session, opts.Epoch); err != nil {
+			return unclaimed(nil, err)
+		}
+	}
 	p.last, err = s.loadLast(st, session)
 	if err != nil {
 		return unclaimed(nil, err)

@@ -273,12 +273,12 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 // Append implements persistence.Store (see the package comment for the
 // transaction).
 func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	return s.appendWork(ctx, session, expected, events, nil)
+	return s.appendWork(ctx, session, expected, events, persistence.AppendOptions{})
 }
 
 // appendWork is Append that, with a non-nil work, sets or clears the
 // session's work mark in the same transaction.
-func (s *Store) appendWork(ctx context.Context, session string, expected uint64, events []protocol.Event, work *bool) ([]protocol.Event, error) {
+func (s *Store) appendWork(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
 	batch, err := persistence.PrepareBatch(session, events)
 	if err != nil {
 		return nil, err
@@ -291,7 +291,7 @@ func (s *Store) appendWork(ctx context.Context, session string, expected uint64,
 	}
 	defer s.leave()
 	for attempt := 1; ; attempt++ {
-		out, err := s.appendOnce(ctx, session, expected, batch, work)
+		out, err := s.appendOnce(ctx, session, expected, batch, opts)
 		if err == nil || attempt == maxAppendAttempts || !retryable(err) || ctx.Err() != nil {
 			return out, err
 		}
@@ -315,7 +315,7 @@ func retryable(err error) bool {
 }
 
 // appendOnce runs one append transaction.
-func (s *Store) appendOnce(ctx context.Context, session string, expected uint64, batch []protocol.Event, work *bool) ([]protocol.Event, error) {
+func (s *Store) appendOnce(ctx context.Context, session string, expected uint64, batch []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("persistence/postgres: append to session %q: begin (nothing written): %w", session, err)
@@ -352,6 +352,19 @@ func (s *Store) appendOnce(ctx context.Context, session string, expected uint64,
 		}
 		return persistence.Resubmission(batch, stored)
 	}
+	if opts.Epoch != 0 {
+		// FOR SHARE: an acquisition of the next epoch waits for this
+		// transaction, and this one for an acquisition under way.
+		var epoch int64
+		var owner string
+		err := tx.QueryRow(ctx, "SELECT epoch, owner FROM leases WHERE session = $1 FOR SHARE", []byte(session)).Scan(&epoch, &owner)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("persistence/postgres: append to session %q: read its lease (nothing written): %w", session, err)
+		}
+		if uint64(epoch) != opts.Epoch {
+			return nil, fmt.Errorf("%w: session %q is at lease epoch %d (owner %q), the append's is %d", persistence.ErrLeaseLost, session, epoch, owner, opts.Epoch)
+		}
+	}
 	if uint64(last) != expected {
 		return nil, fmt.Errorf("%w: session %q is at index %d, append expected %d", persistence.ErrIndexConflict, session, last, expected)
 	}
@@ -376,8 +389,8 @@ func (s *Store) appendOnce(ctx context.Context, session string, expected uint64,
 		FROM unnest($2::bigint[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bigint[], $7::bytea[])
 			AS u(idx, id, type, cause, time_ms, payload)`,
 		[]byte(session), idxs, ids, types, causes, times, payloads)
-	if work != nil {
-		b.Queue("UPDATE sessions SET last_idx = $2, has_work = $3 WHERE session = $1", []byte(session), newLast, *work)
+	if opts.Work != nil {
+		b.Queue("UPDATE sessions SET last_idx = $2, has_work = $3 WHERE session = $1", []byte(session), newLast, *opts.Work)
 	} else {
 		b.Queue("UPDATE sessions SET last_idx = $2 WHERE session = $1", []byte(session), newLast)
 	}

@@ -21,7 +21,7 @@ const workIndexComplete = "work-index-complete"
 
 // AppendWith implements persistence.OptionsAppender.
 func (s *Store) AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
-	return s.appendWork(ctx, session, expected, events, opts.Work)
+	return s.appendWork(ctx, session, expected, events, opts)
 }
 
 // AppendWithAsync implements persistence.OptionsAppender: AppendWith on a

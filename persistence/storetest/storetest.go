@@ -60,7 +60,7 @@ func allCases() []testCase {
 	for _, group := range [][]testCase{
 		appendCases, fencingCases, idempotencyCases, partialDuplicateCases,
 		readCases, lookupCases, sessionsCases, tailCases, followCases, snapshotCases,
-		concurrencyCases, largeCases, lifecycleCases, invalidCases, workIndexCases,
+		concurrencyCases, largeCases, lifecycleCases, invalidCases, workIndexCases, leaseCases,
 	} {
 		cs = append(cs, group...)
 	}
