@@ -85,6 +85,8 @@ type laneActor struct {
 	run    func(ctx context.Context, send func(any))
 	parent *actor.PID
 	cancel context.CancelCauseFunc
+	// stopCause is why the session stops (sessionActor.childStopCause).
+	stopCause func() error
 }
 
 type cancelLane struct{ cause error }
@@ -100,7 +102,7 @@ func (l *laneActor) Receive(c actor.Context) {
 		l.cancel(m.cause)
 	case *actor.Stopping:
 		if l.cancel != nil {
-			l.cancel(errSessionStopped)
+			l.cancel(l.stopCause())
 		}
 	}
 }
@@ -207,7 +209,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 		store:    s.store,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }}
+		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }, stopCause: s.childStopCause}
 	}, actor.WithDispatcher(s.rt.dispatcher))
 	l.pid = s.ctx.Spawn(props)
 	s.rt.opts.Logger.Debug("lane started", "session", s.id, "request", w.RequestID, "generation", gen, "attempt", attempt)

@@ -55,6 +55,9 @@ type Options struct {
 	// StartRecovery is called: a cluster member scans once it knows which
 	// sessions the cluster places on it.
 	RecoverLater bool
+	// Lease turns on session leases (lease.go) with a store that keeps
+	// them: a cluster member's runtime names itself with its member ID.
+	Lease LeaseOptions
 }
 
 func (o Options) withDefaults() Options {
@@ -72,6 +75,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Lease.Owner != "" {
+		o.Lease = o.Lease.withDefaults()
 	}
 	return o
 }
@@ -836,6 +842,7 @@ const (
 	CodeUnavailable      = "UNAVAILABLE"
 	CodeSessionOwned     = "SESSION_OWNED"
 	CodeMoved            = "MOVED"
+	CodeLeaseHeld        = "LEASE_HELD"
 	CodeUnknownAgent     = "UNKNOWN_AGENT"
 	CodeClosed           = "CLOSED"
 	CodeTimeout          = "TIMEOUT"
@@ -851,6 +858,8 @@ func toPBError(err error) *sessionpb.Error {
 		return &sessionpb.Error{Code: CodePartialDuplicate, Message: err.Error()}
 	case errors.Is(err, ErrMoved):
 		return &sessionpb.Error{Code: CodeMoved, Message: err.Error()}
+	case errors.Is(err, ErrLeaseHeld):
+		return &sessionpb.Error{Code: CodeLeaseHeld, Message: err.Error()}
 	case errors.Is(err, ErrUnknownAgent):
 		return &sessionpb.Error{Code: CodeUnknownAgent, Message: err.Error()}
 	case errors.Is(err, ErrClosed):
@@ -878,6 +887,8 @@ func fromPBError(e *sessionpb.Error) error {
 	switch e.Code {
 	case CodeMoved:
 		return ErrMoved
+	case CodeLeaseHeld:
+		return fmt.Errorf("%w: %s", ErrLeaseHeld, strings.TrimPrefix(e.Message, ErrLeaseHeld.Error()+": "))
 	case CodeUnknownAgent:
 		return fmt.Errorf("%w%s", ErrUnknownAgent, strings.TrimPrefix(e.Message, ErrUnknownAgent.Error()))
 	case CodeClosed:

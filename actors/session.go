@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -54,6 +55,18 @@ type sessionActor struct {
 	// releasing: the session stops once its write in flight is durable
 	// (releaseSession); it admits nothing more meanwhile.
 	releasing bool
+	// lease is the session's lease (lease.go), valid until leaseValid by
+	// this process's clock; stopCause is what the actor's stop cancels its
+	// work with (errSessionStopped unless the lease was lost).
+	lease      persistence.Lease
+	leaseValid time.Time
+	stopCause  error
+	// heldUntil is when another owner's lease that refused the activation
+	// expires.
+	heldUntil time.Time
+	// lostLease is set, before the stop, when the lease was lost: the
+	// children read it from their own goroutines (childStopCause).
+	lostLease atomic.Bool
 
 	sinceSnapshot      int
 	sinceSnapshotBytes int
@@ -137,18 +150,30 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.self = c.Self()
 		s.lanes = map[string]*lane{}
 		if err := s.activate(); err != nil {
-			if errors.Is(err, ErrSessionOwned) {
+			if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrLeaseHeld) {
 				s.broken = err
 			} else {
 				s.rt.opts.Logger.Error("session activation failed", "session", s.id, "err", err)
 				s.broken = fmt.Errorf("%w: session %q cannot be read: %v", ErrUnavailable, s.id, err)
 			}
 			c.SetReceiveTimeout(time.Second)
+			if !s.heldUntil.IsZero() {
+				// Requests keep a broken actor alive; this one must go
+				// when the other owner's lease expires, so that the next
+				// request takes the lease.
+				self, sys := s.self, s.rt.system
+				time.AfterFunc(time.Until(s.heldUntil), func() { sys.Root.Send(self, &passivateIdle{}) })
+			}
 			return
 		}
 		c.SetReceiveTimeout(s.rt.opts.PassivateAfter)
+		s.scheduleRenewal()
 		s.reconcile()
 		s.flushSoon()
+	case *renewLease:
+		s.onRenewLease()
+	case *leaseRenewed:
+		s.onLeaseRenewed(m)
 	case *sessionpb.PushRequest:
 		if s.broken != nil {
 			c.Respond(&sessionpb.PushResponse{Error: toPBError(s.broken)})
@@ -217,13 +242,17 @@ func (s *sessionActor) Receive(c actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopping = true
+		cause := errSessionStopped
+		if s.stopCause != nil {
+			cause = s.stopCause
+		}
 		// Lanes are child actors: stopping stops them, and each cancels its
 		// step's context (laneActor, on Stopping).
 		for _, r := range s.toolRuns {
-			s.cancelRun(r, errSessionStopped)
+			s.cancelRun(r, cause)
 		}
 		if s.stopHandlers != nil {
-			s.stopHandlers(errSessionStopped)
+			s.stopHandlers(cause)
 		}
 		for _, p := range append(s.queue, s.inflight...) {
 			c.Send(p.reply, &stoppingReply{})
@@ -233,6 +262,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 		}
 		s.queue, s.inflight, s.waiters = nil, nil, nil
 	case *actor.Stopped:
+		s.releaseLease()
 		s.rt.forget(s.agent.Name(), s.id, s.self)
 		s.rt.stopped(s.self)
 		if s.failed {
@@ -266,6 +296,9 @@ func (s *sessionActor) activate() (err error) {
 }
 
 func (s *sessionActor) load() error {
+	if err := s.takeLease(); err != nil {
+		return err
+	}
 	claimed, err := checkOwner(context.Background(), s.store, s.agent.Name(), s.id)
 	if err != nil {
 		return err
@@ -519,7 +552,7 @@ func (s *sessionActor) tryFlush() {
 	// The batch is folded into s.state: whether the session has work after
 	// it goes into the store's work index with it.
 	work := s.hasWork()
-	opts := persistence.AppendOptions{Work: &work}
+	opts := persistence.AppendOptions{Work: &work, Epoch: s.lease.Epoch}
 	done := func(stored []protocol.Event, err error) {
 		if err != nil && logger.Enabled(context.Background(), slog.LevelDebug) {
 			ids := make([]string, len(batch))
@@ -680,6 +713,19 @@ func (s *sessionActor) replyPushes(pushes []*pendingPush, stored []protocol.Even
 func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 	notOwner := errors.Is(err, ErrSessionOwned)
 	code := err
+	if errors.Is(err, persistence.ErrLeaseLost) {
+		// Another member took the session over: nothing to restart here;
+		// the pushes go to the new owner.
+		s.rt.opts.Logger.Warn("a session's write was refused: its lease was taken over; its work stops here", "session", s.id, "err", err)
+		s.lease = persistence.Lease{}
+		s.stopCause = errLeaseLost
+		s.lostLease.Store(true)
+		for _, p := range pushes {
+			s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: toPBError(ErrMoved)})
+		}
+		s.stop()
+		return
+	}
 	if notOwner {
 		// Not a failure of the store: another agent claimed the session
 		// first. The next activation refuses every request.

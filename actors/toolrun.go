@@ -54,6 +54,8 @@ type toolActor struct {
 	run    func(ctx context.Context, send func(any))
 	parent *actor.PID
 	cancel context.CancelCauseFunc
+	// stopCause is why the session stops (sessionActor.childStopCause).
+	stopCause func() error
 }
 
 func (t *toolActor) Receive(c actor.Context) {
@@ -67,7 +69,7 @@ func (t *toolActor) Receive(c actor.Context) {
 		t.cancel(m.cause)
 	case *actor.Stopping:
 		if t.cancel != nil {
-			t.cancel(errSessionStopped)
+			t.cancel(t.stopCause())
 		}
 	}
 }
@@ -205,7 +207,7 @@ func (s *sessionActor) execute(r *toolRun) {
 		end.cancelled = ctx.Err() != nil
 		send(end)
 	}
-	r.pid = s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &toolActor{parent: s.self, run: run} }, actor.WithDispatcher(s.rt.dispatcher)))
+	r.pid = s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &toolActor{parent: s.self, run: run, stopCause: s.childStopCause} }, actor.WithDispatcher(s.rt.dispatcher)))
 }
 
 // onToolPreliminary appends a running attempt's preliminary output at once

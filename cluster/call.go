@@ -23,7 +23,9 @@ import (
 // attempt that finds no grain (a dead letter: the session's grain is not
 // active) asks the owner's activator to activate it and tries again at
 // once. An attempt answered MOVED (the member no longer places the
-// session, or is leaving), CLOSED, a timeout or a dead letter from a node
+// session, or is leaving), LEASE_HELD (the member that had the session
+// died and its lease has not expired yet), CLOSED, a timeout or a dead
+// letter from a node
 // that is gone is retried at the owner of the current view, after a
 // backoff from 2 ms doubling to 200 ms that a view change cuts short.
 // Every request is safe to retry: pushes are idempotent by event ID
@@ -121,5 +123,5 @@ func (n *Node) retry(ctx context.Context, session string, attempt func(owner gos
 
 // retryable reports whether an answer asks for another attempt.
 func retryable(err error) bool {
-	return errors.Is(err, actors.ErrMoved) || errors.Is(err, actors.ErrClosed)
+	return errors.Is(err, actors.ErrMoved) || errors.Is(err, actors.ErrClosed) || errors.Is(err, actors.ErrLeaseHeld)
 }

@@ -117,6 +117,11 @@ type Config struct {
 	// GrainIdle passivates a session's grain idle this long whose session
 	// has no active actor (default 2 minutes).
 	GrainIdle time.Duration
+	// LeaseTTL is how long a member's session lease lasts from its last
+	// renewal (default 2 s; renewed every quarter of it): the longest a
+	// dead member keeps a session from the survivors, against one synced
+	// write per active session per renewal (docs/cluster.md, "Leases").
+	LeaseTTL time.Duration
 	// Logger receives the node's logs (default: discard).
 	Logger *slog.Logger
 }
@@ -136,6 +141,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GrainIdle == 0 {
 		c.GrainIdle = 2 * time.Minute
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 2 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -205,8 +213,8 @@ type Node struct {
 
 // New prepares a node; Start joins it to the cluster. A member passes the
 // runtime it hosts sessions on to Start; build that runtime with
-// actors.Options{Place: node.Place, RecoverLater: true} (the node runs the
-// runtime's ResumeWork itself).
+// actors.Options{Place: node.Place, RecoverLater: true, Lease:
+// node.LeaseOptions()} (the node runs the runtime's ResumeWork itself).
 func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Name == "" {
@@ -229,7 +237,19 @@ func New(cfg Config) (*Node, error) {
 		n.agents[a.Name()] = a
 	}
 	n.view.Store(&view{changed: make(chan struct{})})
+	// The actor system's ID is the member's: fresh at each process start,
+	// and the owner of the leases its runtime takes (LeaseOptions).
+	logger := cfg.Logger
+	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return levelfilter.New(logger, slog.LevelWarn)
+	}))
 	return n, nil
+}
+
+// LeaseOptions are the session leases a member's runtime takes: owned by
+// the member's ID, for Config.LeaseTTL.
+func (n *Node) LeaseOptions() actors.LeaseOptions {
+	return actors.LeaseOptions{Owner: n.system.ID, TTL: n.cfg.LeaseTTL}
 }
 
 // remoteAddr is the actor remote's host and port for a gossip address: the
@@ -261,9 +281,6 @@ func (n *Node) Start(ctx context.Context, rt *actors.Runtime) error {
 	host, port, _ := remoteAddr(n.cfg.Bind)
 	advHost, advPort, _ := remoteAddr(n.cfg.Advertise)
 	logger := n.cfg.Logger
-	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return levelfilter.New(logger, slog.LevelWarn)
-	}))
 	var kinds []string
 	if n.cfg.Role == RoleMember {
 		kinds = []string{KindSession}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/cluster"
@@ -22,6 +23,7 @@ type clusterFlags struct {
 	advertise  string
 	join       string
 	allowLocal bool
+	leaseTTL   time.Duration
 }
 
 const roleSingle = "single"
@@ -32,6 +34,11 @@ func (c *clusterFlags) register(fs *flag.FlagSet, env func(name, def string) str
 	fs.StringVar(&c.bind, "bind", env("A2_BIND", "127.0.0.1:7946"), "gossip address host:port of a cluster node; the actor remote listens on the next port (A2_BIND)")
 	fs.StringVar(&c.advertise, "advertise", env("A2_ADVERTISE", ""), "gossip address other nodes reach this one at; default --bind (A2_ADVERTISE)")
 	fs.StringVar(&c.join, "join", env("A2_JOIN", ""), "comma-separated gossip addresses of nodes already in the cluster; empty starts a new cluster (A2_JOIN)")
+	ttl, err := time.ParseDuration(env("A2_LEASE_TTL", "2s"))
+	if err != nil {
+		ttl = -1 // check refuses it
+	}
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", ttl, "how long a member's session lease lasts from its last renewal: the longest a dead member keeps its sessions from the survivors (A2_LEASE_TTL)")
 	allow := env("A2_ALLOW_LOCAL_STORE", "") == "1" || strings.EqualFold(env("A2_ALLOW_LOCAL_STORE", ""), "true")
 	fs.BoolVar(&c.allowLocal, "allow-local-store", allow, "let a member run on the embedded Pebble store in --data: a member that is lost takes its sessions with it until it returns (A2_ALLOW_LOCAL_STORE)")
 }
@@ -46,6 +53,9 @@ func (c *clusterFlags) check(shared bool) error {
 	case cluster.RoleMember, cluster.RoleGateway:
 	default:
 		return fmt.Errorf("--role must be single, member or gateway, not %q", c.role)
+	}
+	if c.leaseTTL < 100*time.Millisecond {
+		return fmt.Errorf("--lease-ttl (A2_LEASE_TTL) must be a duration of at least 100ms")
 	}
 	if c.name == "" {
 		return fmt.Errorf("--role %s needs --cluster NAME (A2_CLUSTER): the name every node of the cluster shares", c.role)
@@ -94,7 +104,7 @@ func (c *clusterFlags) describe(where string) string {
 func newClusterNode(ctx context.Context, cfg config, store persistence.Store, agent *actors.Agent, logger *slog.Logger) (*cluster.Node, error) {
 	c := cfg.cluster
 	ccfg := cluster.Config{Name: c.name, Role: c.role, Bind: c.bind, Advertise: c.advertise, Join: c.joinList(),
-		Agents: []*actors.Agent{agent}, Logger: logger}
+		Agents: []*actors.Agent{agent}, Logger: logger, LeaseTTL: c.leaseTTL}
 	if c.role == cluster.RoleMember {
 		if cfg.store == "" {
 			logger.Warn("this member runs on its own embedded Pebble store (--allow-local-store): requests still route by session ID, " +

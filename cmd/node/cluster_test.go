@@ -797,6 +797,8 @@ func TestClusterFlagsRefuseBadInput(t *testing.T) {
 		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store", "--bind", "nope"}, "--bind must be host:port"},
 		{[]string{"--role", "gateway", "--cluster", "c", "--advertise", "nope"}, "--advertise must be host:port"},
 		{[]string{"--role", "gateway", "--cluster", "c", "--join", "127.0.0.1:7946,nope"}, `"nope" is not one`},
+		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store", "--lease-ttl", "10ms"}, "--lease-ttl"},
+		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store", "--lease-ttl", "banana"}, "invalid value"},
 		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store"}, ""},
 		{[]string{"--role", "member", "--cluster", "c", "--store", "postgres://x/y"}, ""},
 		{[]string{"--role", "gateway", "--cluster", "c", "--join", "127.0.0.1:7946"}, ""},

@@ -245,7 +245,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 			if node, err = newClusterNode(ctx, cfg, store, agent, logger); err != nil {
 				return err
 			}
-			ropts.Place, ropts.RecoverLater = node.Place, true
+			ropts.Place, ropts.RecoverLater, ropts.Lease = node.Place, true, node.LeaseOptions()
 		}
 		if rt, err = actors.New(store, []*actors.Agent{agent}, ropts); err != nil {
 			return err

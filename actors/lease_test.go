@@ -1,0 +1,143 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/persistence"
+	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
+	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// cutOff is a runtime's view of the shared store that can lose its renewals
+// (the member is cut off from the store, or frozen past its lease).
+type cutOff struct {
+	*pebblestore.Store
+	cut atomic.Bool
+}
+
+func (c *cutOff) RenewLease(ctx context.Context, session, owner string, epoch uint64, ttl time.Duration) (persistence.Lease, error) {
+	if c.cut.Load() {
+		return persistence.Lease{}, errors.New("the store cannot be reached")
+	}
+	return c.Store.RenewLease(ctx, session, owner, epoch, ttl)
+}
+
+// Two runtimes on one store, each with its own lease owner. While A holds a
+// session's lease, B is refused with ErrLeaseHeld. When A cannot renew, its
+// lease expires: A stops the session at once, and the tool call it was
+// running sees the abort with the superseded cause; B then takes the
+// session over at a higher epoch and finishes the turn; and whatever A
+// still appends at its old epoch is refused by the store.
+func TestLeaseFencesAndAbortsTheMemberThatLostIt(t *testing.T) {
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem(), Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var aborted atomic.Value
+	started := make(chan struct{}, 4)
+	slow := tools.Tool{Name: "slow", Description: "waits", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		started <- struct{}{}
+		select {
+		case <-ctx.Done():
+			aborted.Store(context.Cause(ctx))
+			return nil, ctx.Err()
+		case <-time.After(1500 * time.Millisecond):
+			return json.RawMessage(`"done"`), nil
+		}
+	}}
+	sc, err := script.Parse([]byte(`{"replies":[{"match":"go","toolCalls":[{"name":"slow","input":{}}]}],"default":{"text":"finished"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := LeaseOptions{TTL: 400 * time.Millisecond, Renew: 100 * time.Millisecond}
+	start := func(owner string, store persistence.Store) *Runtime {
+		model := script.New(sc)
+		a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"), Tools: []tools.Tool{slow},
+			Models: func(string) (harness.Model, error) { return model, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := lease
+		o.Owner = owner
+		rt, err := New(store, []*Agent{a}, Options{Lease: o, SkipRecovery: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rt.Close)
+		return rt
+	}
+	viewA := &cutOff{Store: st}
+	a := start("a", viewA)
+	b := start("b", st)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := a.Push(ctx, "assistant", "s", []protocol.Event{protocol.Inputs.Text("m1", "go")}, false); err != nil {
+		t.Fatal(err)
+	}
+	<-started // A runs the tool call
+	if _, err := b.Push(ctx, "assistant", "s", []protocol.Event{protocol.Inputs.Text("m2", "me too")}, false); !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("B's push while A holds the lease: %v, want ErrLeaseHeld", err)
+	}
+	held, _, err := st.ReadLease(ctx, "s")
+	if err != nil || held.Owner != "a" {
+		t.Fatalf("the lease: %+v %v", held, err)
+	}
+
+	viewA.cut.Store(true)
+	for a.IsActive("s") {
+		if ctx.Err() != nil {
+			t.Fatal("A kept the session after its lease expired")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if cause, _ := aborted.Load().(error); !errors.Is(cause, errLeaseLost) {
+		t.Fatalf("A's tool call ended with %v, want the lease's loss", cause)
+	}
+	// B takes the session over when the lease expires, and the turn
+	// completes there (the lost tool call runs again, its attempt
+	// superseded).
+	for {
+		_, err := b.Push(ctx, "assistant", "s", []protocol.Event{protocol.Inputs.Text("m3", "are you there?")}, false)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrLeaseHeld) || ctx.Err() != nil {
+			t.Fatalf("B's push after A's lease expired: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	now, _, err := st.ReadLease(ctx, "s")
+	if err != nil || now.Owner != "b" || now.Epoch <= held.Epoch {
+		t.Fatalf("the lease after the takeover: %+v %v (was %+v)", now, err, held)
+	}
+	for {
+		s, _, err := b.State(ctx, "assistant", "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.AI.Active == nil && len(s.AI.Inbox.Items) == 0 && lastText(s.AI) == "finished" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the turn did not complete on B")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A wakes up and writes at its old epoch: the store refuses it.
+	last, _ := st.LastIndex(ctx, "s")
+	_, err = st.AppendWith(ctx, "s", last, []protocol.Event{{ID: "from-a", Type: "app.note", Payload: []byte(`{}`)}}, persistence.AppendOptions{Epoch: held.Epoch})
+	if !errors.Is(err, persistence.ErrLeaseLost) {
+		t.Fatalf("an append at A's epoch after the takeover: %v, want ErrLeaseLost", err)
+	}
+}
