@@ -774,6 +774,92 @@ func TestClusterOfProcesses(t *testing.T) {
 		}
 	})
 
+	t.Run("a member frozen with SIGSTOP past its lease writes nothing when it wakes, and its work sees the abort", func(t *testing.T) {
+		var alive []*clusterProc
+		for _, m := range members {
+			select {
+			case <-m.exited:
+			default:
+				alive = append(alive, m)
+			}
+		}
+		hosts := hostsOf(gw.status(t).Members)
+		var frozen *clusterProc
+		var session string
+		for i := 0; frozen == nil; i++ {
+			s := fmt.Sprintf("frozen-%d", i)
+			o, _ := cluster.Owner(s, hosts)
+			for _, m := range alive {
+				if m != m1 && m.status(t).Self.ID == o.ID {
+					frozen, session = m, s
+				}
+			}
+		}
+		sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
+		defer scancel()
+		evs := make(chan sseEvent, 4096)
+		go func() { _, _ = readStream(sctx, gw.url, session, 0, evs) }()
+		if code, body, err := pushText(gw.url, session, session+"-1", "a long question"); err != nil || code != http.StatusOK {
+			t.Fatalf("push: %d %s %v", code, body, err)
+		}
+		seen, deltas := 0, 0
+		next := func() sseEvent {
+			t.Helper()
+			select {
+			case e := <-evs:
+				seen++
+				if e.id != seen {
+					t.Fatalf("stream id %d, want %d (no gap, no duplicate)", e.id, seen)
+				}
+				return e
+			case <-sctx.Done():
+				t.Fatalf("the stream stopped at id %d", seen)
+			}
+			return sseEvent{}
+		}
+		for deltas < 3 {
+			if e := next(); e.ev.Type == protocol.TypeGenerationProgress {
+				deltas++
+			}
+		}
+		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stoppedAt := time.Now()
+		// The survivor takes the session over once the frozen member's
+		// lease expires and finishes the turn.
+		for e := next(); e.ev.Type != protocol.TypeGenerationCompleted; e = next() {
+		}
+		t.Logf("%s frozen; its session %s finished on a survivor %v later", frozen.name, session, time.Since(stoppedAt).Round(time.Millisecond))
+		if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		// Awake, the frozen member finds its lease lost: its work stops
+		// there, and the store refuses whatever it still appends.
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			b, _ := os.ReadFile(frozen.log)
+			if strings.Contains(string(b), "lease was lost") || strings.Contains(string(b), "its lease was taken over") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never noticed it lost its lease:\n%s", frozen.name, tail(string(b), 20))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		c, _ := client.New(gw.url, "assistant", client.Options{})
+		st, _, err := c.State(ctx, session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.AI.Active != nil || len(st.AI.Messages) != 2 || lastTextOf(st.AI) != longAnswer {
+			t.Fatalf("after the freeze: %d messages, active %v, answer %q; want one whole answer", len(st.AI.Messages), st.AI.Active != nil, lastTextOf(st.AI))
+		}
+		b, _ := os.ReadFile(frozen.log)
+		if strings.Contains(string(b), "session write failed") {
+			t.Fatalf("%s restarted a session after its write was refused:\n%s", frozen.name, tail(string(b), 20))
+		}
+	})
+
 	noDoubleWriters(t, []*clusterProc{m1, m2, m3})
 	if os.Getenv("A2_CLUSTER_TEST_LOGS") != "" {
 		for _, p := range []*clusterProc{m1, m2, m3, gw} {
