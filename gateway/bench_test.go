@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2-runtime/a2/bench/loadgen"
 	"github.com/a2-runtime/a2/gateway"
 	"github.com/a2-runtime/a2/gateway/gatewaytest"
-	"github.com/a2-runtime/a2/internal/loadgen"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -166,8 +166,8 @@ func wrapNodeB(b *testing.B, script string) *fixture {
 }
 
 // BenchmarkHTTPStreams runs 100, 200 and 500 concurrent turns, each
-// followed by its own client on the session's SSE stream (internal/loadgen,
-// as cmd/loadgen runs against a node), through one node on loopback
+// followed by its own client on the session's SSE stream (bench/loadgen,
+// as bench/cmd/loadgen runs against a node), through one node on loopback
 // (gatewaytest: Pebble on its in-memory filesystem, so no fsync): the
 // script model streams 250 words, one every 20 ms (50 tokens per second),
 // and the streams start spread over the first second. It reports the

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2-runtime/a2/bench/loadgen"
 	"github.com/a2-runtime/a2/gateway"
-	"github.com/a2-runtime/a2/internal/loadgen"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -124,7 +124,7 @@ func postJSON(ctx context.Context, hc *http.Client, url, body string) ([]byte, e
 }
 
 // Twenty concurrent turns, each followed by its own client on its
-// session's SSE stream (internal/loadgen, the driver of cmd/loadgen and
+// session's SSE stream (bench/loadgen, the driver of cmd/loadgen and
 // BenchmarkHTTPStreams): every client sees its answer's every text delta
 // and the finish chunk. Also the check that the load driver itself counts
 // right.

@@ -306,6 +306,50 @@ func waitTurns(t *testing.T, base string, sessions []string, turns int) {
 	}
 }
 
+// follower reads a session's stream and fails the test on a gap or a
+// duplicate (IDs run 1, 2, 3, ...).
+type follower struct {
+	t    *testing.T
+	ctx  context.Context
+	evs  chan sseEvent
+	seen int
+}
+
+// followLongTurn follows session through base, pushes the long question,
+// and returns once three progress events of the answer have arrived.
+func followLongTurn(t *testing.T, ctx context.Context, base, session string) *follower {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(cancel)
+	f := &follower{t: t, ctx: sctx, evs: make(chan sseEvent, 4096)}
+	go func() { _, _ = readStream(sctx, base, session, 0, f.evs) }()
+	if code, body, err := pushText(base, session, session+"-1", "a long question"); err != nil || code != http.StatusOK {
+		t.Fatalf("push: %d %s %v", code, body, err)
+	}
+	for deltas := 0; deltas < 3; {
+		if e := f.next(); e.ev.Type == protocol.TypeGenerationProgress {
+			deltas++
+		}
+	}
+	return f
+}
+
+// next returns the stream's next event.
+func (f *follower) next() sseEvent {
+	f.t.Helper()
+	select {
+	case e := <-f.evs:
+		f.seen++
+		if e.id != f.seen {
+			f.t.Fatalf("stream id %d, want %d (no gap, no duplicate)", e.id, f.seen)
+		}
+		return e
+	case <-f.ctx.Done():
+		f.t.Fatalf("the stream stopped at id %d", f.seen)
+	}
+	return sseEvent{}
+}
+
 // hostsOf keeps the members that host sessions.
 func hostsOf(nodes []gossip.Meta) []gossip.Meta {
 	var out []gossip.Meta
@@ -690,33 +734,8 @@ func TestClusterOfProcesses(t *testing.T) {
 		if code, body, err := pushText(gw.url, unwatched, unwatched+"-1", "another long question"); err != nil || code != http.StatusOK {
 			t.Fatalf("push: %d %s %v", code, body, err)
 		}
-		sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
-		defer scancel()
-		evs := make(chan sseEvent, 4096)
-		go func() { _, _ = readStream(sctx, gw.url, session, 0, evs) }()
-		if code, body, err := pushText(gw.url, session, session+"-1", "a long question"); err != nil || code != http.StatusOK {
-			t.Fatalf("push: %d %s %v", code, body, err)
-		}
-		seen, deltas := 0, 0
-		next := func() sseEvent {
-			t.Helper()
-			select {
-			case e := <-evs:
-				seen++
-				if e.id != seen {
-					t.Fatalf("stream id %d, want %d (no gap, no duplicate)", e.id, seen)
-				}
-				return e
-			case <-sctx.Done():
-				t.Fatalf("the stream stopped at id %d", seen)
-			}
-			return sseEvent{}
-		}
-		for deltas < 3 {
-			if e := next(); e.ev.Type == protocol.TypeGenerationProgress {
-				deltas++
-			}
-		}
+		f := followLongTurn(t, ctx, gw.url, session)
+		next := f.next
 		if err := victim.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
@@ -795,33 +814,8 @@ func TestClusterOfProcesses(t *testing.T) {
 				}
 			}
 		}
-		sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
-		defer scancel()
-		evs := make(chan sseEvent, 4096)
-		go func() { _, _ = readStream(sctx, gw.url, session, 0, evs) }()
-		if code, body, err := pushText(gw.url, session, session+"-1", "a long question"); err != nil || code != http.StatusOK {
-			t.Fatalf("push: %d %s %v", code, body, err)
-		}
-		seen, deltas := 0, 0
-		next := func() sseEvent {
-			t.Helper()
-			select {
-			case e := <-evs:
-				seen++
-				if e.id != seen {
-					t.Fatalf("stream id %d, want %d (no gap, no duplicate)", e.id, seen)
-				}
-				return e
-			case <-sctx.Done():
-				t.Fatalf("the stream stopped at id %d", seen)
-			}
-			return sseEvent{}
-		}
-		for deltas < 3 {
-			if e := next(); e.ev.Type == protocol.TypeGenerationProgress {
-				deltas++
-			}
-		}
+		f := followLongTurn(t, ctx, gw.url, session)
+		next := f.next
 		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}

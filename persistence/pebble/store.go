@@ -789,6 +789,13 @@ func (s *Store) Wait(ctx context.Context, session string, after uint64) (uint64,
 // Sessions implements persistence.Store by scanning the meta keys, which
 // hold bare session IDs in ascending order.
 func (s *Store) Sessions(ctx context.Context, after string, limit int) ([]string, error) {
+	return s.listSessions(ctx, tagMeta, after, limit, "sessions", s.sessions.firstAppendPending)
+}
+
+// listSessions lists the bare session IDs of the keys tagged tag (meta or
+// work keys, which hold them in ascending order) strictly after after, at
+// most limit, skipping those skip names.
+func (s *Store) listSessions(ctx context.Context, tag byte, after string, limit int, what string, skip func(string) bool) ([]string, error) {
 	if err := persistence.CheckLimit(limit); err != nil {
 		return nil, err
 	}
@@ -802,17 +809,15 @@ func (s *Store) Sessions(ctx context.Context, after string, limit int) ([]string
 	if limit == 0 {
 		return nil, nil
 	}
-	iter, err := s.db.NewIter(&pebbledb.IterOptions{
-		LowerBound: append(metaKey(after), 0), // the smallest key after after's
-		UpperBound: []byte{tagMeta + 1},
-	})
+	lower := append(append([]byte{tag}, after...), 0) // the smallest key after after's
+	iter, err := s.db.NewIter(&pebbledb.IterOptions{LowerBound: lower, UpperBound: []byte{tag + 1}})
 	if err != nil {
-		return nil, fmt.Errorf("persistence/pebble: list sessions: %w", err)
+		return nil, fmt.Errorf("persistence/pebble: list %s: %w", what, err)
 	}
 	var out []string
 	for valid := iter.First(); valid && len(out) < limit; valid = iter.Next() {
 		session := string(iter.Key()[1:])
-		if s.sessions.firstAppendPending(session) {
+		if skip != nil && skip(session) {
 			continue
 		}
 		out = append(out, session)
@@ -822,7 +827,7 @@ func (s *Store) Sessions(ctx context.Context, after string, limit int) ([]string
 		err = cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("persistence/pebble: list sessions: %w", err)
+		return nil, fmt.Errorf("persistence/pebble: list %s: %w", what, err)
 	}
 	return out, nil
 }

@@ -116,38 +116,7 @@ func (s *Store) has(ctx context.Context, key []byte) (bool, error) {
 
 // SessionsWithWork implements persistence.WorkIndexer.
 func (s *Store) SessionsWithWork(ctx context.Context, after string, limit int) ([]string, error) {
-	if err := persistence.CheckLimit(limit); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.enter(); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	if limit == 0 {
-		return nil, nil
-	}
-	iter, err := s.db.NewIter(&pebbledb.IterOptions{
-		LowerBound: append(workKey(after), 0),
-		UpperBound: []byte{tagWork + 1},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("persistence/pebble: list sessions with work: %w", err)
-	}
-	var out []string
-	for valid := iter.First(); valid && len(out) < limit; valid = iter.Next() {
-		out = append(out, string(iter.Key()[1:]))
-	}
-	err = iter.Error()
-	if cerr := iter.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("persistence/pebble: list sessions with work: %w", err)
-	}
-	return out, nil
+	return s.listSessions(ctx, tagWork, after, limit, "sessions with work", nil)
 }
 
 // WorkIndexComplete implements persistence.WorkIndexer.

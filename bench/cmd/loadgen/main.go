@@ -5,7 +5,7 @@
 // whose reply streams at a known pace (docs/testing.md), for example 250
 // words with "delayMs": 20, then:
 //
-//	go run ./cmd/loadgen -url http://127.0.0.1:8080 -streams 200
+//	go run ./bench/cmd/loadgen -url http://127.0.0.1:8080 -streams 200
 //
 // It sends traffic only where -url points; use a node of your own.
 package main
@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/a2-runtime/a2/internal/loadgen"
+	"github.com/a2-runtime/a2/bench/loadgen"
 )
 
 func main() {

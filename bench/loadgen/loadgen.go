@@ -1,7 +1,7 @@
 // Package loadgen drives concurrent turns through a node's HTTP API, each
 // followed by its own client on the session's Server-Sent Events stream,
 // and measures what the clients see: every text delta arrives, and the
-// gaps between consecutive ones. cmd/loadgen runs it against a node;
+// gaps between consecutive ones. bench/cmd/loadgen runs it against a node;
 // the gateway's BenchmarkHTTPStreams runs it in-process.
 package loadgen
 

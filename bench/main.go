@@ -1,0 +1,165 @@
+// Command bench runs A2's bench suite, one benchmark at a time (the
+// machine's cores are the benchmarks'), and prints one table of the
+// figures that matter, each beside its baseline where it has one:
+//
+//	go run ./bench           # the suite, a few minutes on 2 cores
+//	go run ./bench -quick    # smaller sizes, about a minute
+//	go run ./bench -only fold,first-token
+//
+// Each row is a `go test -bench` run of the package that owns the
+// benchmark (docs/benchmarks.md describes each and keeps their figures);
+// bench/loadgen and bench/cmd/loadgen drive a running node or cluster over
+// HTTP.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// entry is one benchmark of the suite.
+type entry struct {
+	key      string // for -only
+	what     string
+	pkg      string
+	bench    string // the -bench pattern
+	times    string // -benchtime, full and quick
+	quick    string
+	env      []string // full; quickEnv for -quick
+	quickEnv []string
+	// metrics are the units shown, in order.
+	metrics []string
+}
+
+var suite = []entry{
+	{key: "fold", what: "fold of a realistic session log, per event", pkg: "./protocol", bench: "^BenchmarkFold$",
+		times: "200x", quick: "20x", metrics: []string{"ns/event", "events/log", "MB/s"}},
+	{key: "append", what: "store appends, against raw Pebble in the same run", pkg: "./persistence/pebble", bench: "^BenchmarkAppend$/parallel=(1|64)$",
+		times: "4000x", quick: "1000x", metrics: []string{"events/s", "raw-events/s", "x-raw"}},
+	{key: "progress", what: "progress batching: chunks per event, chunk to subscriber (x fsync)", pkg: "./actors", bench: "^BenchmarkProgressBatching$/shape=burst10/streams=(100|1000)$",
+		times: "1x", quick: "1x", metrics: []string{"chunks/event", "p99-ms", "p99/fsync"}},
+	{key: "turn", what: "synced writes of a simple text turn", pkg: "./actors", bench: "^BenchmarkSimpleTurn$",
+		times: "300x", quick: "100x", metrics: []string{"writes/turn", "writes/first-turn"}},
+	{key: "first-token", what: "push to first streamed token over HTTP, single node against a cluster hop", pkg: "./gateway", bench: "^BenchmarkPushToFirstToken$",
+		times: "2000x", quick: "300x", metrics: []string{"p50-ms", "p99-ms"}},
+	{key: "hop", what: "one state read through the router, single node against a cluster hop", pkg: "./gateway", bench: "^BenchmarkRouterState$",
+		times: "2000x", quick: "500x", metrics: []string{"p50-ms", "p99-ms"}},
+	{key: "startup", what: "start-up with idle sessions and 100 with work (index of sessions with work)", pkg: "./actors", bench: "^BenchmarkStartupWithAMillionIdleSessions$",
+		times: "1x", quick: "1x", env: []string{"A2_IDLE_SESSIONS=1000000"}, quickEnv: []string{"A2_IDLE_SESSIONS=50000"}, metrics: []string{"open-ms", "start-ms"}},
+}
+
+// row is one result line.
+type row struct {
+	what, name string
+	values     map[string]string
+}
+
+func main() {
+	quick := flag.Bool("quick", false, "smaller sizes: a quick look, not figures to record")
+	only := flag.String("only", "", "comma-separated keys of the benchmarks to run: "+keys())
+	flag.Parse()
+	var pick []string
+	if *only != "" {
+		pick = strings.Split(*only, ",")
+	}
+	var rows []row
+	failed := false
+	began := time.Now()
+	for i, e := range suite {
+		if pick != nil && !slices.Contains(pick, e.key) {
+			continue
+		}
+		times, env := e.times, e.env
+		if *quick {
+			times, env = e.quick, e.quickEnv
+		}
+		fmt.Fprintf(os.Stderr, "[%d/%d %s] %s: go test %s -bench '%s' -benchtime %s\n", i+1, len(suite), time.Since(began).Round(time.Second), e.key, e.pkg, e.bench, times)
+		out, err := run(e, times, env)
+		if err != nil {
+			failed = true
+			fmt.Fprintf(os.Stderr, "%s failed: %v\n%s\n", e.key, err, out)
+			continue
+		}
+		rows = append(rows, parse(e, out)...)
+	}
+	printTable(rows)
+	fmt.Printf("\n%d rows in %s; machine: %d cores. docs/benchmarks.md says what each measures and keeps their figures.\n", len(rows), time.Since(began).Round(time.Second), runtime.NumCPU())
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func keys() string {
+	var k []string
+	for _, e := range suite {
+		k = append(k, e.key)
+	}
+	return strings.Join(k, ", ")
+}
+
+// run runs one benchmark and returns its output.
+func run(e entry, times string, env []string) ([]byte, error) {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", e.bench, "-benchtime", times, "-count", "1", "-timeout", "30m", e.pkg)
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+// parse reads the benchmark lines of out: name, iterations, then value
+// and unit pairs.
+func parse(e entry, out []byte) []row {
+	var rows []row
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		r := row{what: e.what, name: f[0], values: map[string]string{}}
+		for i := 2; i+1 < len(f); i += 2 {
+			r.values[f[i+1]] = f[i]
+		}
+		var shown []string
+		for _, m := range e.metrics {
+			if v, ok := r.values[m]; ok {
+				shown = append(shown, v+" "+m)
+			}
+		}
+		r.values = map[string]string{"": strings.Join(shown, ", ")}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// printTable prints the table, in Markdown.
+func printTable(rows []row) {
+	fmt.Println("| what | benchmark | figures |")
+	fmt.Println("|---|---|---|")
+	last := ""
+	for _, r := range rows {
+		what := r.what
+		if what == last {
+			what = ""
+		}
+		last = r.what
+		fmt.Printf("| %s | %s | %s |\n", what, strings.TrimSuffix(r.name, suffix(r.name)), r.values[""])
+	}
+}
+
+// suffix is the -N GOMAXPROCS suffix of a benchmark's name.
+func suffix(name string) string {
+	if i := strings.LastIndex(name, "-"); i > 0 && !strings.ContainsAny(name[i+1:], "=/") {
+		return name[i:]
+	}
+	return ""
+}
