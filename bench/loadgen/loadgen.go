@@ -1,7 +1,9 @@
-// Package loadgen drives concurrent turns through a node's HTTP API, each
-// followed by its own client on the session's Server-Sent Events stream,
-// and measures what the clients see: every text delta arrives, and the
-// gaps between consecutive ones. bench/cmd/loadgen runs it against a node;
+// Package loadgen drives concurrent turns through a node's HTTP API (or
+// through a cluster's gateways, round robin), each session followed by its
+// own client on its Server-Sent Events stream, and measures what the
+// clients see: every text delta arrives, the gaps between consecutive
+// ones, and each turn's time from its push to its first token and to its
+// completion. bench/cmd/loadgen runs it against a running node or cluster;
 // the gateway's BenchmarkHTTPStreams runs it in-process.
 package loadgen
 
@@ -14,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +29,14 @@ import (
 type Options struct {
 	// URL is the node's base URL, such as http://127.0.0.1:8080.
 	URL string
+	// URLs, when set, are the base URLs of several gateways (or nodes):
+	// the sessions are spread over them round robin, and URL is ignored.
+	URLs []string
+	// Turns is the number of turns of each session, one after the other
+	// (default 1).
+	Turns int
+	// Progress, when set, receives a line each second while the load runs.
+	Progress io.Writer
 	// Agent is the agent's name (default "assistant").
 	Agent string
 	// Streams is the number of concurrent turns, each in a session of its
@@ -50,6 +61,20 @@ type Result struct {
 	Deltas int             // text deltas received, over all turns
 	Gaps   []time.Duration // between consecutive deltas of a stream, sorted
 	Errors []error         // one per failed turn
+	// FirstToken and Completion are, per finished turn, the time from its
+	// push to its first text delta and to its finish chunk, sorted.
+	FirstToken []time.Duration
+	Completion []time.Duration
+	// Elapsed is the load's wall time.
+	Elapsed time.Duration
+}
+
+// Quantile returns the q-quantile of sorted durations (0 for none).
+func Quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[int(q*float64(len(d)-1))]
 }
 
 // Gap returns the q-quantile of the gaps (0 for none).
@@ -71,6 +96,13 @@ func Run(ctx context.Context, o Options) Result {
 	if o.Timeout == 0 {
 		o.Timeout = time.Minute
 	}
+	if o.Turns <= 0 {
+		o.Turns = 1
+	}
+	urls := o.URLs
+	if len(urls) == 0 {
+		urls = []string{o.URL}
+	}
 	if o.Client == nil {
 		o.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: max(o.Streams, 2)}}
 	}
@@ -79,10 +111,33 @@ func Run(ctx context.Context, o Options) Result {
 		res Result
 		wg  sync.WaitGroup
 	)
-	pusher, err := client.New(o.URL, o.Agent, client.Options{HTTPClient: o.Client})
-	if err != nil {
-		res.Errors = append(res.Errors, err)
-		return res
+	pushers := make([]*client.Client, len(urls))
+	for i, u := range urls {
+		p, err := client.New(u, o.Agent, client.Options{HTTPClient: o.Client})
+		if err != nil {
+			res.Errors = append(res.Errors, err)
+			return res
+		}
+		pushers[i] = p
+	}
+	began := time.Now()
+	done := make(chan struct{})
+	if o.Progress != nil {
+		go func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-tick.C:
+					mu.Lock()
+					fmt.Fprintf(o.Progress, "%6s  turns %d/%d  text deltas %d  errors %d\n", time.Since(began).Round(time.Second),
+						res.Turns, o.Streams*o.Turns, res.Deltas, len(res.Errors))
+					mu.Unlock()
+				case <-done:
+					return
+				}
+			}
+		}()
 	}
 	for s := 0; s < o.Streams; s++ {
 		wg.Add(1)
@@ -93,78 +148,109 @@ func Run(ctx context.Context, o Options) Result {
 			case <-ctx.Done():
 				return
 			}
-			tctx, cancel := context.WithTimeout(ctx, o.Timeout)
-			defer cancel()
-			gaps, deltas, err := turn(tctx, o.Client, pusher, o.URL, o.Agent, fmt.Sprintf("%s-%d", o.Prefix, s), o.Text)
-			mu.Lock()
-			defer mu.Unlock()
-			res.Deltas += deltas
-			res.Gaps = append(res.Gaps, gaps...)
-			if err != nil {
-				res.Errors = append(res.Errors, err)
-				return
+			base, pusher := urls[s%len(urls)], pushers[s%len(urls)]
+			session := fmt.Sprintf("%s-%d", o.Prefix, s)
+			var after uint64
+			for k := range o.Turns {
+				tctx, cancel := context.WithTimeout(ctx, o.Timeout)
+				t, err := turn(tctx, o.Client, pusher, base, o.Agent, session, o.Text, fmt.Sprintf("q-%s-%d", session, k), after)
+				cancel()
+				after = t.last
+				mu.Lock()
+				res.Deltas += t.deltas
+				res.Gaps = append(res.Gaps, t.gaps...)
+				if err != nil {
+					res.Errors = append(res.Errors, err)
+					mu.Unlock()
+					return
+				}
+				res.Turns++
+				res.FirstToken = append(res.FirstToken, t.first)
+				res.Completion = append(res.Completion, t.complete)
+				mu.Unlock()
 			}
-			res.Turns++
 		}()
 	}
 	wg.Wait()
+	close(done)
+	res.Elapsed = time.Since(began)
 	slices.Sort(res.Gaps)
+	slices.Sort(res.FirstToken)
+	slices.Sort(res.Completion)
 	return res
 }
 
-// turn opens session's stream, sends text as a user message (with the Go
-// client), and reads the stream until the answer's finish chunk. It returns
-// the gaps between consecutive text deltas (the deltas of one event arrive
-// together: one gap) and the number of deltas; an error when the stream
-// ends before the finish chunk or a request fails. The stream is read as
-// raw server-sent events, not through the client's folding session, so
-// that the clients cost little beside the node they measure.
-func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, agent, session, text string) ([]time.Duration, int, error) {
+// turnResult is what one turn's client saw.
+type turnResult struct {
+	gaps            []time.Duration
+	deltas          int
+	first, complete time.Duration
+	last            uint64 // the last event ID read
+}
+
+// turn opens session's stream after the event after (the last one the
+// session's previous turn read), sends text as a user
+// message with the ID id (with the Go client), and reads the stream until
+// the answer's finish chunk. It returns the gaps between consecutive text
+// deltas (the deltas of one event arrive together: one gap), the number of
+// deltas and the times from the push to the first delta and to the finish;
+// an error when the stream ends before the finish chunk or a request
+// fails. The stream is read as raw server-sent events, not through the
+// client's folding session, so that the clients cost little beside the
+// node they measure.
+func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, agent, session, text, id string, after uint64) (turnResult, error) {
+	r := turnResult{last: after}
 	if text == "" {
 		text = "hi"
 	}
 	prefix := strings.TrimSuffix(base, "/") + "/v1/agents/" + url.PathEscape(agent) + "/sessions/" + url.PathEscape(session)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, prefix+"/stream", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/stream?after=%d", prefix, after), nil)
 	if err != nil {
-		return nil, 0, err
+		return r, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: stream: %w", session, err)
+		return r, fmt.Errorf("%s: stream: %w", session, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, 0, fmt.Errorf("%s: stream: %s", session, resp.Status)
+		return r, fmt.Errorf("%s: stream: %s", session, resp.Status)
 	}
-	if _, err := pusher.Push(ctx, session, protocol.Inputs.Text("q-"+session, text)); err != nil {
-		return nil, 0, fmt.Errorf("%s: push: %w", session, err)
+	t0 := time.Now()
+	if _, err := pusher.Push(ctx, session, protocol.Inputs.Text(id, text)); err != nil {
+		return r, fmt.Errorf("%s: push: %w", session, err)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	var (
-		last   time.Time
-		gaps   []time.Duration
-		deltas int
-	)
+	var last time.Time
 	for sc.Scan() {
 		line := sc.Bytes()
+		if v, ok := bytes.CutPrefix(line, []byte("id: ")); ok {
+			if n, err := strconv.ParseUint(string(v), 10, 64); err == nil {
+				r.last = n
+			}
+			continue
+		}
 		if !bytes.HasPrefix(line, []byte("data:")) {
 			continue
 		}
 		if n := bytes.Count(line, []byte(`"type":"text-delta"`)); n > 0 {
 			now := time.Now()
-			if !last.IsZero() {
-				gaps = append(gaps, now.Sub(last))
+			if last.IsZero() {
+				r.first = now.Sub(t0)
+			} else {
+				r.gaps = append(r.gaps, now.Sub(last))
 			}
-			last, deltas = now, deltas+n
+			last, r.deltas = now, r.deltas+n
 		}
 		if bytes.Contains(line, []byte(`"type":"finish"`)) {
-			return gaps, deltas, nil
+			r.complete = time.Since(t0)
+			return r, nil
 		}
 	}
 	err = sc.Err()
 	if err == nil {
 		err = io.ErrUnexpectedEOF
 	}
-	return gaps, deltas, fmt.Errorf("%s: the stream ended before the answer finished: %w", session, err)
+	return r, fmt.Errorf("%s: the stream ended before the answer finished: %w", session, err)
 }
