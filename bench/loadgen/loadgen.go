@@ -194,8 +194,9 @@ type turnResult struct {
 // the answer's finish chunk. It returns the gaps between consecutive text
 // deltas (the deltas of one event arrive together: one gap), the number of
 // deltas and the times from the push to the first delta and to the finish;
-// an error when the stream ends before the finish chunk or a request
-// fails. The stream is read as raw server-sent events, not through the
+// an error when the stream ends before the finish chunk, when its event
+// IDs skip or repeat an index (an event lost or delivered twice), or when a
+// request fails. The stream is read as raw server-sent events, not through the
 // client's folding session, so that the clients cost little beside the
 // node they measure.
 func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, agent, session, text, id string, after uint64) (turnResult, error) {
@@ -226,9 +227,15 @@ func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, age
 	for sc.Scan() {
 		line := sc.Bytes()
 		if v, ok := bytes.CutPrefix(line, []byte("id: ")); ok {
-			if n, err := strconv.ParseUint(string(v), 10, 64); err == nil {
-				r.last = n
+			n, err := strconv.ParseUint(string(v), 10, 64)
+			if err != nil {
+				return r, fmt.Errorf("%s: an event ID that is not an index: %q", session, v)
 			}
+			// Every durable event once, in order, whatever moved meanwhile.
+			if n != r.last+1 {
+				return r, fmt.Errorf("%s: the stream went from event %d to %d: a gap or a duplicate", session, r.last, n)
+			}
+			r.last = n
 			continue
 		}
 		if !bytes.HasPrefix(line, []byte("data:")) {
