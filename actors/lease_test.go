@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
@@ -139,5 +142,72 @@ func TestLeaseFencesAndAbortsTheMemberThatLostIt(t *testing.T) {
 	_, err = st.AppendWith(ctx, "s", last, []protocol.Event{{ID: "from-a", Type: "app.note", Payload: []byte(`{}`)}}, persistence.AppendOptions{Epoch: held.Epoch})
 	if !errors.Is(err, persistence.ErrLeaseLost) {
 		t.Fatalf("an append at A's epoch after the takeover: %v, want ErrLeaseLost", err)
+	}
+}
+
+// refusingLeases is a store whose lease writes fail.
+type refusingLeases struct {
+	*pebblestore.Store
+	refuse atomic.Bool
+}
+
+func (r *refusingLeases) AcquireLease(ctx context.Context, session, owner string, ttl time.Duration) (persistence.Lease, error) {
+	if r.refuse.Load() {
+		return persistence.Lease{}, errors.New("the store refused the lease write")
+	}
+	return r.Store.AcquireLease(ctx, session, owner, ttl)
+}
+
+// A store that refuses the lease write refuses the activation, with a
+// clear error and a log line, and nothing is appended; once the store takes
+// the lease again, the same push is served.
+func TestAStoreThatRefusesTheLeaseRefusesTheActivation(t *testing.T) {
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem(), Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	store := &refusingLeases{Store: st}
+	store.refuse.Store(true)
+	sc, _ := script.Parse([]byte(`{"default":{"text":"served"}}`))
+	model := script.New(sc)
+	a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
+		Models: func(string) (harness.Model, error) { return model, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testutil.SyncBuffer
+	rt, err := New(store, []*Agent{a}, Options{Lease: LeaseOptions{Owner: "a"}, SkipRecovery: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	push := []protocol.Event{protocol.Inputs.Text("m1", "hi")}
+	_, err = rt.Push(ctx, "assistant", "s", push, false)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "refused the lease write") {
+		t.Fatalf("push while the store refuses the lease: %v, want ErrUnavailable naming the refusal", err)
+	}
+	if last, _ := st.LastIndex(ctx, "s"); last != 0 {
+		t.Fatalf("the log is at %d after the refused activation, want 0", last)
+	}
+	if !strings.Contains(logs.String(), "refused the lease write") {
+		t.Fatalf("no log line says why: %s", logs.String())
+	}
+	store.refuse.Store(false)
+	for {
+		_, err := rt.Push(ctx, "assistant", "s", push, false)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the push was never served once the store took leases again: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if l, found, err := st.ReadLease(ctx, "s"); err != nil || !found || l.Owner != "a" {
+		t.Fatalf("the lease after the activation: %+v %v %v", l, found, err)
 	}
 }

@@ -156,14 +156,16 @@ func (s *sessionActor) Receive(c actor.Context) {
 				s.rt.opts.Logger.Error("session activation failed", "session", s.id, "err", err)
 				s.broken = fmt.Errorf("%w: session %q cannot be read: %v", ErrUnavailable, s.id, err)
 			}
-			c.SetReceiveTimeout(time.Second)
+			// A broken actor answers with its error for a second (or, when
+			// another owner's lease refused it, until that lease expires),
+			// then stops, however many requests keep arriving, so that the
+			// next request activates the session again.
+			wait := time.Second
 			if !s.heldUntil.IsZero() {
-				// Requests keep a broken actor alive; this one must go
-				// when the other owner's lease expires, so that the next
-				// request takes the lease.
-				self, sys := s.self, s.rt.system
-				time.AfterFunc(time.Until(s.heldUntil), func() { sys.Root.Send(self, &passivateIdle{}) })
+				wait = time.Until(s.heldUntil)
 			}
+			self, sys := s.self, s.rt.system
+			time.AfterFunc(wait, func() { sys.Root.Send(self, &passivateIdle{}) })
 			return
 		}
 		c.SetReceiveTimeout(s.rt.opts.PassivateAfter)

@@ -142,3 +142,59 @@ func TestStartupScanReadsOnlyTheSessionsWithWork(t *testing.T) {
 		stop(rt, c)
 	}
 }
+
+// An index entry for a session with no work (left by a crash between a
+// mark and an older build's append, or set by hand) is harmless: the
+// start-up scan activates the session, which finds nothing to do, clears
+// the entry and passivates.
+func TestAnIndexEntryWithoutWorkIsClearedAtActivation(t *testing.T) {
+	fs := vfs.NewMem()
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: fs, Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sc, _ := script.Parse([]byte(`{"default":{"text":"done"}}`))
+	model := script.New(sc)
+	a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
+		Models: func(string) (harness.Model, error) { return model, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rt, err := New(st, []*Agent{a}, Options{SkipRecovery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Push(ctx, "assistant", "idle", []protocol.Event{protocol.Inputs.Text("m1", "hi")}, false); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		s, _, err := rt.State(ctx, "assistant", "idle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.AI.Active == nil && lastText(s.AI) == "done" {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	rt.Close()
+	last, _ := st.LastIndex(ctx, "idle")
+	if err := st.MarkWork(ctx, "idle", last, true); err != nil { // the stray entry
+		t.Fatal(err)
+	}
+	rt, err = New(st, []*Agent{a}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	<-rt.Recovered()
+	if has, err := st.HasWork(ctx, "idle"); err != nil || has {
+		t.Fatalf("the stray entry after the start-up scan: %v %v, want cleared", has, err)
+	}
+	if rt.ActiveSessions() != 0 {
+		t.Fatalf("%d sessions stayed active", rt.ActiveSessions())
+	}
+}
