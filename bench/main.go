@@ -6,7 +6,11 @@
 //	go run ./bench -quick    # smaller sizes, about a minute
 //	go run ./bench -only fold,first-token
 //
-// Each row is a `go test -bench` run of the package that owns the
+// The rows: the fold per event, store appends against raw Pebble, progress
+// batching, a simple turn's synced writes, push to first token and one
+// router read (single node against a cluster hop), the load generator's
+// load on a single node and on a cluster, and start-up with a million idle
+// sessions. Each row is a `go test -bench` run of the package that owns the
 // benchmark (docs/benchmarks.md describes each and keeps their figures);
 // bench/loadgen and bench/cmd/loadgen drive a running node or cluster over
 // HTTP.
@@ -52,6 +56,8 @@ var suite = []entry{
 		times: "2000x", quick: "300x", metrics: []string{"p50-ms", "p99-ms"}},
 	{key: "hop", what: "one state read through the router, single node against a cluster hop", pkg: "./gateway", bench: "^BenchmarkRouterState$",
 		times: "2000x", quick: "500x", metrics: []string{"p50-ms", "p99-ms"}},
+	{key: "load", what: "load: 50 sessions x 2 turns at 50 tokens/s, single node against a cluster (one process)", pkg: "./gateway", bench: "^BenchmarkLoad$",
+		times: "3x", quick: "1x", metrics: []string{"turns/s", "first-p50-ms", "first-p99-ms", "done-p99-ms", "cpu-ms/turn"}},
 	{key: "startup", what: "start-up with idle sessions and 100 with work (index of sessions with work)", pkg: "./actors", bench: "^BenchmarkStartupWithAMillionIdleSessions$",
 		times: "1x", quick: "1x", env: []string{"A2_IDLE_SESSIONS=1000000"}, quickEnv: []string{"A2_IDLE_SESSIONS=50000"}, metrics: []string{"open-ms", "start-ms"}},
 }

@@ -128,6 +128,50 @@ func benchFirstToken(b *testing.B, cluster bool, clients int) {
 	b.ReportMetric(float64(lat[(len(lat)-1)*99/100].Microseconds())/1000, "p99-ms")
 }
 
+// BenchmarkLoad runs the load generator (bench/loadgen) against a single
+// node and against a cluster (a gateway node routing to a member, in this
+// process) in one run: 50 sessions of 2 turns each, all at once, the script
+// model streaming 50 words at one every 20 ms. It reports turns per
+// second, push to first token and to completion (p50, p99) and the
+// process's CPU time per turn (server and clients together: they share the
+// process, and the machine's cores). A failed turn, or an event lost or
+// repeated at a client, fails it.
+func BenchmarkLoad(b *testing.B) {
+	text := strings.TrimSpace(strings.Repeat("word ", 50))
+	for _, router := range []string{"single", "cluster"} {
+		b.Run("router="+router, func(b *testing.B) {
+			n := gatewaytest.Start(b, gatewaytest.Options{Script: `{"default":{"text":"` + text + `","delayMs":20}}`, Cluster: router == "cluster"})
+			var first, done []time.Duration
+			turns := 0
+			var ru0, ru1 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			began := time.Now()
+			b.ResetTimer()
+			for iter := range b.N {
+				r := loadgen.Run(context.Background(), loadgen.Options{URL: n.URL, Streams: 50, Turns: 2, Prefix: fmt.Sprintf("load-%d", iter)})
+				if len(r.Errors) > 0 {
+					b.Fatalf("%d turns failed: %v", len(r.Errors), r.Errors[0])
+				}
+				turns += r.Turns
+				first = append(first, r.FirstToken...)
+				done = append(done, r.Completion...)
+			}
+			b.StopTimer()
+			elapsed := time.Since(began)
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+			sort.Slice(first, func(i, j int) bool { return first[i] < first[j] })
+			sort.Slice(done, func(i, j int) bool { return done[i] < done[j] })
+			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+			b.ReportMetric(float64(turns)/elapsed.Seconds(), "turns/s")
+			b.ReportMetric(ms(loadgen.Quantile(first, 0.5)), "first-p50-ms")
+			b.ReportMetric(ms(loadgen.Quantile(first, 0.99)), "first-p99-ms")
+			b.ReportMetric(ms(loadgen.Quantile(done, 0.99)), "done-p99-ms")
+			b.ReportMetric(ms(cpu)/float64(turns), "cpu-ms/turn")
+		})
+	}
+}
+
 // BenchmarkRouterState measures one read of an active session's state
 // through the Router, on a single node and through a cluster gateway (one
 // hop over the loopback remote to the member, and back): the difference is
