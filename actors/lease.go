@@ -87,6 +87,8 @@ func (s *sessionActor) takeLease() error {
 	lease, err := l.AcquireLease(context.Background(), s.id, o.Owner, o.TTL)
 	var held *persistence.LeaseHeldError
 	if errors.As(err, &held) {
+		s.rt.opts.Logger.Info("a session's lease is held by another member; activating it again when it expires",
+			"session", s.id, "holder", held.Lease.Owner, "epoch", held.Lease.Epoch, "until", held.Lease.Expires)
 		s.heldUntil = held.Lease.Expires
 		s.rt.activateAt(s.agent, s.id, held.Lease.Expires)
 		return fmt.Errorf("%w: %v", ErrLeaseHeld, err)
