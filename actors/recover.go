@@ -31,7 +31,9 @@ import (
 // the index existed, the scan reads every session of the stores, its
 // snapshot and the log after it (BenchmarkStartupRecovery: 0.1 ms for a
 // session of one short turn, two at a time on two cores), and marks the
-// index complete once it has reached them all. Options.SkipRecovery turns it off,
+// index complete once it has reached them all. A cluster member's node
+// runs ResumeWork itself, at start and after each change of the members,
+// with the scan of New turned off. Options.SkipRecovery turns it off,
 // for a node whose sessions are resumed by their clients anyway (a stream
 // that opens wakes its session).
 

@@ -51,10 +51,6 @@ type Options struct {
 	// as that takes; it must not call back into the runtime. Nil places
 	// every session here (a single node).
 	Place func(session string) error
-	// RecoverLater defers the start-up scan (SkipRecovery) until
-	// StartRecovery is called: a cluster member scans once it knows which
-	// sessions the cluster places on it.
-	RecoverLater bool
 	// Lease turns on session leases (lease.go) with a store that keeps
 	// them: a cluster member's runtime names itself with its member ID.
 	Lease LeaseOptions
@@ -121,9 +117,8 @@ type Runtime struct {
 
 	// stopRecovery ends the start-up scan (recover.go); recovered closes
 	// when it has returned.
-	stopRecovery    context.CancelFunc
-	recovered       chan struct{}
-	recoveryStarted bool
+	stopRecovery context.CancelFunc
+	recovered    chan struct{}
 }
 
 // New starts a runtime.
@@ -142,25 +137,12 @@ func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, erro
 	r.recovered = make(chan struct{})
 	if opts.SkipRecovery {
 		close(r.recovered)
-	} else if !opts.RecoverLater {
-		r.StartRecovery()
+	} else {
+		var ctx context.Context
+		ctx, r.stopRecovery = context.WithCancel(context.Background())
+		go r.recoverSessions(ctx)
 	}
 	return r, nil
-}
-
-// StartRecovery starts the start-up scan in the background, once: New
-// starts it unless Options.SkipRecovery or Options.RecoverLater is set.
-// Later calls, and calls on a closed runtime, do nothing.
-func (r *Runtime) StartRecovery() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.opts.SkipRecovery || r.recoveryStarted || r.closed {
-		return
-	}
-	r.recoveryStarted = true
-	var ctx context.Context
-	ctx, r.stopRecovery = context.WithCancel(context.Background())
-	go r.recoverSessions(ctx)
 }
 
 // Recovered returns a channel that closes when the start-up scan
@@ -605,17 +587,11 @@ func (r *Runtime) Close() {
 		return
 	}
 	r.closed = true
-	scanning := r.recoveryStarted
 	r.mu.Unlock()
 	if r.stopRecovery != nil {
 		r.stopRecovery()
 	}
-	switch {
-	case scanning:
-		<-r.recovered // it activates nothing more: the runtime is closed
-	case !r.opts.SkipRecovery:
-		close(r.recovered) // deferred (RecoverLater) and never started
-	}
+	<-r.recovered // it activates nothing more: the runtime is closed
 	r.mu.Lock()
 	pids := make([]*actor.PID, 0, len(r.sessions))
 	for _, p := range r.sessions {

@@ -213,8 +213,9 @@ type Node struct {
 
 // New prepares a node; Start joins it to the cluster. A member passes the
 // runtime it hosts sessions on to Start; build that runtime with
-// actors.Options{Place: node.Place, RecoverLater: true, Lease:
-// node.LeaseOptions()} (the node runs the runtime's ResumeWork itself).
+// actors.Options{Place: node.Place, SkipRecovery: true, Lease:
+// node.LeaseOptions()}: the node runs the runtime's ResumeWork itself, at
+// start and after each change of the members.
 func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Name == "" {

@@ -89,7 +89,7 @@ func startTestMember(t *testing.T, m memberSetup) (*Node, *actors.Runtime) {
 	if m.wrap != nil {
 		store = m.wrap(store)
 	}
-	rt, err := actors.New(store, []*actors.Agent{agent}, actors.Options{Place: n.Place, RecoverLater: true, Lease: n.LeaseOptions()})
+	rt, err := actors.New(store, []*actors.Agent{agent}, actors.Options{Place: n.Place, SkipRecovery: true, Lease: n.LeaseOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}

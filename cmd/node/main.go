@@ -245,7 +245,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 			if node, err = newClusterNode(ctx, cfg, store, agent, logger); err != nil {
 				return err
 			}
-			ropts.Place, ropts.RecoverLater, ropts.Lease = node.Place, true, node.LeaseOptions()
+			// The node resumes the sessions with work the cluster places here
+			// (cluster.Node: at start and after each change of the members).
+			ropts.Place, ropts.SkipRecovery, ropts.Lease = node.Place, true, node.LeaseOptions()
 		}
 		if rt, err = actors.New(store, []*actors.Agent{agent}, ropts); err != nil {
 			return err

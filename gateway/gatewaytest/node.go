@@ -108,7 +108,7 @@ func Start(t testing.TB, o Options) *Node {
 	if o.Cluster || os.Getenv("A2_TEST_ROUTER") == "cluster" {
 		n.Member = newClusterNode(t, n.Store, agents, cluster.RoleMember, nil)
 		n.ClusterGateway = newClusterNode(t, nil, agents, cluster.RoleGateway, []string{n.Member.Config().Bind})
-		ropts.Place, ropts.RecoverLater, ropts.Lease = n.Member.Place, true, n.Member.LeaseOptions()
+		ropts.Place, ropts.SkipRecovery, ropts.Lease = n.Member.Place, true, n.Member.LeaseOptions()
 	}
 	n.Runtime, err = actors.New(n.Store, agents, ropts)
 	if err != nil {
