@@ -3,12 +3,16 @@ package actors
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/persistence"
+	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -80,4 +84,42 @@ func newFixtureWith(t *testing.T, s string, opts Options) *fixture {
 	f := &fixture{t: t, fs: vfs.NewMem(), model: script.New(sc), opts: opts}
 	f.open(nil)
 	return f
+}
+
+// failingLookups is a store whose lookups fail, as PostgreSQL's do while
+// the server restarts.
+type failingLookups struct{ persistence.Store }
+
+func (failingLookups) Lookup(context.Context, []string) ([]protocol.Event, error) {
+	return nil, errors.New("the database system is shutting down")
+}
+
+// A subscription that cannot read the store is refused with ErrUnavailable
+// (the gateway's 503: retry), not with the store's raw error (a 500).
+func TestSubscribeOnAStoreThatFailsIsUnavailable(t *testing.T) {
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem(), Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sc, _ := script.Parse([]byte(`{}`))
+	model := script.New(sc)
+	a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
+		Models: func(string) (harness.Model, error) { return model, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(failingLookups{st}, []*Agent{a}, Options{SkipRecovery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	_, errc := rt.Subscribe(context.Background(), "assistant", "s1", 0)
+	if err := <-errc; !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "shutting down") {
+		t.Fatalf("Subscribe on a failing store: %v, want ErrUnavailable with the store's reason", err)
+	}
+	_, errc = rt.Subscribe(context.Background(), "nope", "s1", 0)
+	if err := <-errc; !errors.Is(err, ErrUnknownAgent) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Subscribe of an unknown agent: %v, want ErrUnknownAgent alone", err)
+	}
 }

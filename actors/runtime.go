@@ -493,11 +493,24 @@ func (r *Runtime) Subscribe(ctx context.Context, agentName, session string, afte
 		tail.Close()
 	}
 	if err != nil {
-		errc <- err
+		errc <- storeUnavailable(ctx, err)
 		close(out)
 		return out, errc
 	}
 	return relay(ctx, tail, out, errc)
+}
+
+// storeUnavailable is err as a caller should see it: the runtime's own
+// refusals as they are, a failure of the store (it cannot be read now) as
+// an ErrUnavailable, which the gateway answers 503, not 500.
+func storeUnavailable(ctx context.Context, err error) error {
+	var ve *protocol.ValidationError
+	switch {
+	case ctx.Err() != nil, errors.As(err, &ve), errors.Is(err, ErrUnknownAgent), errors.Is(err, ErrSessionOwned),
+		errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 // relay moves tail's events to out until ctx ends or the tail fails (its
