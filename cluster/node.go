@@ -340,12 +340,6 @@ func startMember(c *protocluster.Cluster) (err error) {
 // Config is the node's configuration, with its defaults.
 func (n *Node) Config() Config { return n.cfg }
 
-// Self is this node's metadata as it gossips it.
-func (n *Node) Self() gossip.Meta { return n.self }
-
-// System is the node's actor system (for tests and benchmarks).
-func (n *Node) System() *actor.ActorSystem { return n.system }
-
 // onNodes takes a new list of nodes from the provider.
 func (n *Node) onNodes(nodes []gossip.Meta) {
 	n.viewMu.Lock()
@@ -480,9 +474,6 @@ func (n *Node) Place(session string) error {
 	defer cancel()
 	return n.activateHere(ctx, session)
 }
-
-// Members returns the nodes this node sees now (itself included).
-func (n *Node) Members() []gossip.Meta { return slices.Clone(n.view.Load().all) }
 
 // Hosts returns the members that host sessions now, as this node sees them.
 func (n *Node) Hosts() []gossip.Meta { return slices.Clone(n.view.Load().hosts) }
