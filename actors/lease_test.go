@@ -170,12 +170,7 @@ func TestAStoreThatRefusesTheLeaseRefusesTheActivation(t *testing.T) {
 	store := &refusingLeases{Store: st}
 	store.refuse.Store(true)
 	sc, _ := script.Parse([]byte(`{"default":{"text":"served"}}`))
-	model := script.New(sc)
-	a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
-		Models: func(string) (harness.Model, error) { return model, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := scriptAgent(t, sc)
 	var logs testutil.SyncBuffer
 	rt, err := New(store, []*Agent{a}, Options{Lease: LeaseOptions{Owner: "a"}, SkipRecovery: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})

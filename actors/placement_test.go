@@ -14,6 +14,7 @@ import (
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
 )
 
 // A cluster member's runtime activates only the sessions the cluster
@@ -103,12 +104,7 @@ func TestSubscribeOnAStoreThatFailsIsUnavailable(t *testing.T) {
 	}
 	defer st.Close()
 	sc, _ := script.Parse([]byte(`{}`))
-	model := script.New(sc)
-	a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
-		Models: func(string) (harness.Model, error) { return model, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := scriptAgent(t, sc)
 	rt, err := New(failingLookups{st}, []*Agent{a}, Options{SkipRecovery: true})
 	if err != nil {
 		t.Fatal(err)
@@ -122,4 +118,16 @@ func TestSubscribeOnAStoreThatFailsIsUnavailable(t *testing.T) {
 	if err := <-errc; !errors.Is(err, ErrUnknownAgent) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Subscribe of an unknown agent: %v, want ErrUnknownAgent alone", err)
 	}
+}
+
+// scriptAgent is the agent "assistant" on a script model of sc, with tools.
+func scriptAgent(t testing.TB, sc *script.Script, tools ...tools.Tool) (*Agent, *script.Model) {
+	t.Helper()
+	model := script.New(sc)
+	a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"), Tools: tools,
+		Models: func(string) (harness.Model, error) { return model, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, model
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
@@ -61,12 +60,7 @@ func TestStartupScanReadsOnlyTheSessionsWithWork(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := &loadCounter{Store: st, incomplete: incomplete}
-		model := script.New(sc)
-		a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
-			Models: func(string) (harness.Model, error) { return model, nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		a, model := scriptAgent(t, sc)
 		rt, err := New(c, []*Agent{a}, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -155,12 +149,7 @@ func TestAnIndexEntryWithoutWorkIsClearedAtActivation(t *testing.T) {
 	}
 	defer st.Close()
 	sc, _ := script.Parse([]byte(`{"default":{"text":"done"}}`))
-	model := script.New(sc)
-	a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
-		Models: func(string) (harness.Model, error) { return model, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := scriptAgent(t, sc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	rt, err := New(st, []*Agent{a}, Options{SkipRecovery: true})
