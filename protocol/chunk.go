@@ -22,8 +22,11 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 	case ChunkStartStep:
 		msg.Parts = append(msg.Parts, Part{Type: PartStepStart})
 	case ChunkFinishStep:
-		pr.Open = nil
+		// Version 7: a step's end does not close its parts; each part ends
+		// with its own end chunk (or is settled when the step or turn ends).
 		pr.text = nil
+	case ChunkResetStep:
+		s.resetStep(msg, pr)
 	case ChunkTextStart, ChunkReasoningStart:
 		p := Part{Type: PartText, State: "streaming", ProviderMetadata: c.ProviderMetadata}
 		key := "t:" + c.ID
@@ -62,10 +65,17 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 		if len(c.ProviderMetadata) > 0 {
 			msg.Parts[k].ProviderMetadata = c.ProviderMetadata
 		}
+		if len(c.Citations) > 0 && c.Type == ChunkTextEnd {
+			msg.Parts[k].Citations = c.Citations
+		}
 		delete(pr.Open, key)
 		delete(pr.text, k)
-	case ChunkFile:
-		msg.Parts = append(msg.Parts, Part{Type: PartFile, URL: c.URL, MediaType: c.MediaType, ProviderMetadata: c.ProviderMetadata})
+	case ChunkFile, ChunkReasoningFile:
+		msg.Parts = append(msg.Parts, Part{Type: c.Type, URL: c.URL, MediaType: c.MediaType, ProviderMetadata: c.ProviderMetadata})
+	case ChunkCustom:
+		msg.Parts = append(msg.Parts, Part{Type: PartCustom, Kind: c.Kind, ProviderMetadata: c.ProviderMetadata})
+	case ChunkSteeringMessage:
+		msg.Parts = append(msg.Parts, Part{Type: PartSteering, ID: c.ID, Parts: c.Parts})
 	case ChunkSourceURL:
 		msg.Parts = append(msg.Parts, Part{Type: PartSourceURL, SourceID: c.SourceID, URL: c.URL, Title: c.Title, ProviderMetadata: c.ProviderMetadata})
 	case ChunkSourceDocument:
@@ -110,11 +120,9 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 		part := s.ensureToolPart(msg, pr, c)
 		part.State = ToolOutputError
 		part.ErrorText = c.ErrorText
-		if part.Type == PartDynamicTool {
-			part.Input = c.Input
-		} else {
-			part.Input, part.RawInput = nil, c.Input
-		}
+		// Version 7 keeps the unparsable input in input (rawInput is
+		// deprecated).
+		part.Input, part.RawInput = c.Input, nil
 		delete(pr.ToolInput, c.ToolCallID)
 		s.trackTool(pr, c, ToolStatusFailed)
 	case ChunkToolApproval:
@@ -124,13 +132,35 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 		}
 		part := &msg.Parts[k]
 		part.State = ToolApprovalRequested
-		part.Approval = &ToolApproval{ID: c.ApprovalID, Descriptor: c.ApprovalDesc, Signature: c.Signature}
+		part.Approval = &ToolApproval{ID: c.ApprovalID, Descriptor: c.ApprovalDesc, Signature: c.Signature,
+			RequestReason: c.Reason, IsAutomatic: c.IsAutomatic, InputSchemaInput: c.InputSchemaInput}
 		if t, ok := s.Tools[c.ToolCallID]; ok {
 			t.Status = ToolStatusApproval
 			s.Tools[c.ToolCallID] = t
 			s.PendingApprovals[c.ApprovalID] = PendingApproval{
 				ToolCallID: c.ToolCallID, ToolName: t.ToolName, RequestID: t.RequestID, GenerationID: t.GenerationID,
 			}
+		}
+	case ChunkToolApprovalAnswer:
+		// Only a provider-executed call takes its approval answer from the
+		// model's stream: a local call is approved by the approve command
+		// alone, never by the model it belongs to.
+		for k := len(msg.Parts) - 1; k >= 0; k-- {
+			part := &msg.Parts[k]
+			if !part.IsToolPart() || part.Approval == nil || part.Approval.ID != c.ApprovalID {
+				continue
+			}
+			if part.ProviderExecuted == nil || !*part.ProviderExecuted || c.Approved == nil {
+				return
+			}
+			part.State = ToolApprovalResponded
+			approved := *c.Approved
+			part.Approval.Approved = &approved
+			part.Approval.Reason = c.Reason
+			if len(c.ProviderMetadata) > 0 {
+				part.CallProviderMetadata = c.ProviderMetadata
+			}
+			return
 		}
 	case ChunkToolOutput, ChunkToolOutputError, ChunkToolOutputDenied:
 		_, k := findToolPart(msg, c.ToolCallID)
@@ -171,6 +201,46 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 			}
 			msg.Parts = append(msg.Parts, Part{Type: c.Type, ID: c.ID, Data: c.Data})
 		}
+	}
+}
+
+// resetStep removes the parts of the current step (those after its last
+// step-start part, and never below the projection's base), with their tool
+// calls and approvals, as the AI SDK's reset-step does.
+func (s *AIState) resetStep(msg *TranscriptMessage, pr *Projection) {
+	from := len(msg.Parts)
+	for from > pr.Base && msg.Parts[from-1].Type != PartStepStart {
+		from--
+	}
+	for _, part := range msg.Parts[from:] {
+		if !part.IsToolPart() {
+			continue
+		}
+		if t, ok := s.Tools[part.ToolCallID]; ok && t.GenerationID == pr.GenerationID {
+			delete(s.Tools, part.ToolCallID)
+		}
+		if part.Approval != nil {
+			delete(s.PendingApprovals, part.Approval.ID)
+		}
+	}
+	msg.Parts = msg.Parts[:from]
+	pr.Open, pr.ToolInput, pr.text = nil, nil, nil
+}
+
+// settleStreaming marks the text and reasoning parts of msg from index from
+// on that are still streaming as done: a response that stopped, failed or
+// finished its step leaves no part streaming, whatever its model sent.
+func settleStreaming(msg *TranscriptMessage, from int, pr *Projection) {
+	if msg == nil {
+		return
+	}
+	for i := max(from, 0); i < len(msg.Parts); i++ {
+		if p := &msg.Parts[i]; (p.Type == PartText || p.Type == PartReasoning) && p.State == "streaming" {
+			p.State = "done"
+		}
+	}
+	if pr != nil {
+		pr.Open, pr.text = nil, nil
 	}
 }
 

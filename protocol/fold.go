@@ -476,6 +476,7 @@ func (s *AIState) closeResponse(responseID string, steered bool) {
 	msg := s.message(responseID)
 	if msg != nil {
 		s.dropDrafts(msg, 0)
+		settleStreaming(msg, 0, s.ActiveProjection)
 		for i := range msg.Parts {
 			part := &msg.Parts[i]
 			switch {
@@ -720,8 +721,7 @@ func (s *AIState) foldCompleted(p GenerationCompleted) {
 	msg := s.message(g.ResponseMessageID)
 	if msg != nil && s.ActiveProjection != nil {
 		s.dropDrafts(msg, s.ActiveProjection.Base)
-		s.ActiveProjection.Open = nil
-		s.ActiveProjection.text = nil
+		settleStreaming(msg, s.ActiveProjection.Base, s.ActiveProjection)
 	}
 	// A final step ends the turn, unless trusted code asked the user for
 	// input during it: then the turn waits for the answer (awaiting-input).
@@ -779,6 +779,7 @@ func (s *AIState) foldFailed(p GenerationFailed) {
 	s.Error = &ErrorInfo{Message: p.Message, GenerationID: g.GenerationID}
 	if msg := s.message(g.ResponseMessageID); msg != nil && s.ActiveProjection != nil {
 		s.dropDrafts(msg, s.ActiveProjection.Base)
+		settleStreaming(msg, s.ActiveProjection.Base, s.ActiveProjection)
 		for i := range msg.Parts {
 			if msg.Parts[i].Type == PartCompaction && msg.Parts[i].ID == g.GenerationID {
 				setCompactionStatus(&msg.Parts[i], CompactionStatusRunning, CompactionStatusFailed)

@@ -30,19 +30,23 @@ type TranscriptMessage = UIMessage
 // are meaningful, as in the AI SDK:
 //
 //   - "text", "reasoning": Text, State ("streaming" | "done"), ProviderMetadata
-//     (reasoning also ID);
+//     (reasoning also ID; text also Citations);
+//   - "custom": Kind, ProviderMetadata;
 //   - "tool-<name>" and "dynamic-tool" (ToolName set): ToolCallID, State
 //     (see the ToolState constants), Input, RawInput, Output, ErrorText,
 //     ProviderExecuted, Preliminary, Approval, Title, ToolMetadata,
 //     CallProviderMetadata, ResultProviderMetadata, InputEncoding;
 //   - "step-start": no fields;
-//   - "file": MediaType, Filename, URL;
+//   - "file": MediaType, Filename, URL, ProviderReference;
+//   - "reasoning-file": MediaType, URL;
+//   - "steering-message": ID and Parts (text and file parts);
 //   - "source-url": SourceID, URL, Title; "source-document": SourceID,
 //     MediaType, Title, Filename;
 //   - "data-<name>": ID and Data.
 //
 // Fields are omitted from JSON when empty, so each part serializes to the
-// AI SDK shape of its type.
+// AI SDK shape of its type. The shapes are those of the ai package, version 7
+// (docs/protocol.md §3.8a).
 type Part struct {
 	Type string `json:"type"`
 
@@ -54,6 +58,11 @@ type Part struct {
 	Title     string `json:"title,omitempty"`
 	MediaType string `json:"mediaType,omitempty"`
 	Filename  string `json:"filename,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+
+	Citations         json.RawMessage `json:"citations,omitempty"`
+	ProviderReference json.RawMessage `json:"providerReference,omitempty"`
+	Parts             []Part          `json:"parts,omitempty"`
 
 	ToolName               string          `json:"toolName,omitempty"`
 	ToolCallID             string          `json:"toolCallId,omitempty"`
@@ -73,13 +82,18 @@ type Part struct {
 	ProviderMetadata json.RawMessage `json:"providerMetadata,omitempty"`
 }
 
-// ToolApproval is the approval of a tool part.
+// ToolApproval is the approval of a tool part. RequestReason is the reason
+// the approval was asked for (the request chunk's reason); Reason is the
+// answer's.
 type ToolApproval struct {
-	ID         string          `json:"id"`
-	Approved   *bool           `json:"approved,omitempty"`
-	Reason     string          `json:"reason,omitempty"`
-	Descriptor json.RawMessage `json:"descriptor,omitempty"`
-	Signature  string          `json:"signature,omitempty"`
+	ID               string          `json:"id"`
+	Approved         *bool           `json:"approved,omitempty"`
+	Reason           string          `json:"reason,omitempty"`
+	RequestReason    string          `json:"requestReason,omitempty"`
+	IsAutomatic      bool            `json:"isAutomatic,omitempty"`
+	Descriptor       json.RawMessage `json:"descriptor,omitempty"`
+	Signature        string          `json:"signature,omitempty"`
+	InputSchemaInput json.RawMessage `json:"inputSchemaInput,omitempty"`
 }
 
 // Part types and tool states of the AI SDK.
@@ -88,6 +102,9 @@ const (
 	PartReasoning   = "reasoning"
 	PartStepStart   = "step-start"
 	PartFile        = "file"
+	PartReasonFile  = "reasoning-file"
+	PartCustom      = "custom"
+	PartSteering    = "steering-message"
 	PartSourceURL   = "source-url"
 	PartSourceDoc   = "source-document"
 	PartDynamicTool = "dynamic-tool"
@@ -187,6 +204,13 @@ type UIMessageChunk struct {
 	Reason         string          `json:"reason,omitempty"`
 	ToolMetadata   json.RawMessage `json:"toolMetadata,omitempty"`
 
+	Citations        json.RawMessage `json:"citations,omitempty"`
+	Kind             string          `json:"kind,omitempty"`
+	Approved         *bool           `json:"approved,omitempty"`
+	IsAutomatic      bool            `json:"isAutomatic,omitempty"`
+	InputSchemaInput json.RawMessage `json:"inputSchemaInput,omitempty"`
+	Parts            []Part          `json:"parts,omitempty"`
+
 	ProviderMetadata json.RawMessage `json:"providerMetadata,omitempty"`
 }
 
@@ -209,12 +233,17 @@ const (
 	ChunkToolInputAvailable = "tool-input-available"
 	ChunkToolInputError     = "tool-input-error"
 	ChunkToolApproval       = "tool-approval-request"
+	ChunkToolApprovalAnswer = "tool-approval-response"
 	ChunkToolOutput         = "tool-output-available"
 	ChunkToolOutputError    = "tool-output-error"
 	ChunkToolOutputDenied   = "tool-output-denied"
 	ChunkSourceURL          = "source-url"
 	ChunkSourceDocument     = "source-document"
 	ChunkFile               = "file"
+	ChunkReasoningFile      = "reasoning-file"
+	ChunkCustom             = "custom"
+	ChunkSteeringMessage    = "steering-message"
+	ChunkResetStep          = "reset-step"
 	ChunkMessageMetadata    = "message-metadata"
 )
 
@@ -223,7 +252,7 @@ const (
 // (OQ-33).
 func IsBoundaryChunk(c UIMessageChunk) bool {
 	switch c.Type {
-	case ChunkStart, ChunkStartStep, ChunkFinishStep, ChunkFinish, ChunkError,
+	case ChunkStart, ChunkStartStep, ChunkFinishStep, ChunkResetStep, ChunkFinish, ChunkError,
 		ChunkToolInputAvailable, ChunkToolApproval, ChunkTextEnd, ChunkReasoningEnd:
 		return true
 	}

@@ -153,7 +153,9 @@ func onlyTypeIDDelta(c *UIMessageChunk) bool {
 		c.ProviderExec == nil && c.Preliminary == nil && c.ApprovalID == "" && c.ApprovalDesc == nil &&
 		c.Signature == "" && c.SourceID == "" && c.URL == "" && c.MediaType == "" && c.Filename == "" &&
 		c.Data == nil && !c.Transient && c.MessageID == "" && c.MessageMeta == nil && c.FinishReason == "" &&
-		c.Reason == "" && c.ToolMetadata == nil && c.ProviderMetadata == nil
+		c.Reason == "" && c.ToolMetadata == nil && c.ProviderMetadata == nil &&
+		c.Citations == nil && c.Kind == "" && c.Approved == nil && !c.IsAutomatic &&
+		c.InputSchemaInput == nil && c.Parts == nil
 }
 
 // AppendJSONString appends s as encoding/json writes a string (escaping HTML

@@ -126,7 +126,11 @@ func TestOnlyTypeIDDeltaSeesEveryField(t *testing.T) {
 		case reflect.Pointer:
 			f.Set(reflect.ValueOf(&yes))
 		case reflect.Slice:
-			f.SetBytes([]byte(`{}`))
+			if f.Type().Elem().Kind() == reflect.Uint8 {
+				f.SetBytes([]byte(`{}`))
+			} else {
+				f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+			}
 		default:
 			t.Fatalf("field %s of kind %s: teach this test to set it", name, f.Kind())
 		}
