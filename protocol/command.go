@@ -3,7 +3,7 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
+	"strings"
 )
 
 // Control actions of ai.control.requested (OQ-01).
@@ -90,17 +90,43 @@ func (c *Command) generate() bool { return c.Generate == nil || *c.Generate }
 
 // ParseCommand decodes an ai.control.requested payload strictly: unknown
 // fields and trailing data are errors that name the field.
+//
+// The message is the exception: like the AI SDK, which strips the fields of a
+// UIMessage it does not know, it is decoded leniently (the log keeps the
+// payload as sent). ValidateCommand checks its shape.
 func ParseCommand(payload json.RawMessage) (Command, error) {
-	var c Command
+	c, _, err := parseCommand(payload)
+	return c, err
+}
+
+// parseCommand is ParseCommand, also returning the message as sent.
+func parseCommand(payload json.RawMessage) (Command, json.RawMessage, error) {
+	var w struct {
+		Command
+		// Message shadows Command.Message, so that the strict decoder
+		// leaves it alone.
+		Message json.RawMessage `json:"message,omitempty"`
+	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return Command{}, jsonError("payload", err)
+	if err := dec.Decode(&w); err != nil {
+		return Command{}, nil, jsonError("payload", err)
 	}
 	if dec.More() {
-		return Command{}, invalid("payload", "has data after the JSON value")
+		return Command{}, nil, invalid("payload", "has data after the JSON value")
 	}
-	return c, nil
+	c := w.Command
+	if len(w.Message) > 0 && !isNull(w.Message) {
+		c.Message = new(UIMessage)
+		if err := json.Unmarshal(w.Message, c.Message); err != nil {
+			// The validator names the offending value with its index.
+			if verr := validateMessageJSON("payload.message", w.Message); verr != nil {
+				return Command{}, nil, verr
+			}
+			return Command{}, nil, jsonError("payload.message", err)
+		}
+	}
+	return c, w.Message, nil
 }
 
 func jsonError(field string, err error) error {
@@ -108,7 +134,9 @@ func jsonError(field string, err error) error {
 	case *json.UnmarshalTypeError:
 		f := field
 		if e.Field != "" {
-			f = field + "." + e.Field
+			// The fields of an embedded Command (parseCommand) are the
+			// payload's own.
+			f = field + "." + strings.TrimPrefix(e.Field, "Command.")
 		}
 		return invalid(f, "has the wrong type: expected %s, got JSON %s", e.Type, e.Value)
 	case *json.SyntaxError:
@@ -142,7 +170,7 @@ func ValidateCommand(ev Event, trust Trust) (Command, error) {
 	if ev.Type != TypeControlRequested {
 		return Command{}, invalid("type", "is %q, want %q", ev.Type, TypeControlRequested)
 	}
-	c, err := ParseCommand(ev.Payload)
+	c, rawMessage, err := parseCommand(ev.Payload)
 	if err != nil {
 		return Command{}, err
 	}
@@ -156,7 +184,7 @@ func ValidateCommand(ev Event, trust Trust) (Command, error) {
 		if c.Message == nil {
 			return invalid("payload.message", "is required for action %q", c.Action)
 		}
-		return validateMessage("payload.message", c.Message)
+		return validateMessageJSON("payload.message", rawMessage)
 	}
 	switch c.Action {
 	case ActionSend, ActionSteer:
@@ -277,30 +305,4 @@ func hasKey(payload json.RawMessage, key string) bool {
 	}
 	_, ok := m[key]
 	return ok
-}
-
-// validateMessage checks a UIMessage carried by a command.
-func validateMessage(field string, m *UIMessage) error {
-	if err := ValidateCallerID(field+".id", m.ID); err != nil {
-		return err
-	}
-	switch m.Role {
-	case RoleUser, RoleAssistant, RoleSystem:
-	case "":
-		return invalid(field+".role", "is required")
-	default:
-		return invalid(field+".role", "must be user, assistant or system, not %q", m.Role)
-	}
-	if m.Parts == nil {
-		return invalid(field+".parts", "is required")
-	}
-	for i := range m.Parts {
-		if m.Parts[i].Type == "" {
-			return invalid(fmt.Sprintf("%s.parts[%d].type", field, i), "is required")
-		}
-		if m.Parts[i].Type == PartCompaction {
-			return invalid(fmt.Sprintf("%s.parts[%d].type", field, i), "%q is written by A2 only", PartCompaction)
-		}
-	}
-	return nil
 }
