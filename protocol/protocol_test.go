@@ -350,7 +350,7 @@ func TestInputBuilders(t *testing.T) {
 		trust  Trust
 	}{
 		{Inputs.Message(m, MessageOptions{}), "m1", ActionSend, Untrusted},                                                                                         // R-INPUT-02
-		{Inputs.Seed(UIMessage{ID: "s1", Role: RoleSystem, Parts: []Part{{Type: PartText, Text: "obey"}}}), "s1", ActionSend, Trusted},                                                           // R-INPUT-03
+		{Inputs.Seed(UIMessage{ID: "s1", Role: RoleSystem, Parts: []Part{{Type: PartText, Text: "obey"}}}), "s1", ActionSend, Trusted},                             // R-INPUT-03
 		{Inputs.Approval(ApprovalResponse{ApprovalID: "a", Approved: true, RequestID: "r", GenerationID: "g"}), "stable", ActionApproval, Untrusted},               // R-INPUT-04
 		{Inputs.Input(InputResponse{InputID: "i", Value: []byte(`1`), RequestID: "r", GenerationID: "g"}), "stable", ActionInput, Untrusted},                       // R-INPUT-05
 		{withID(Inputs.RequestInput(InputRequest{InputID: "i", Request: []byte(`{}`), RequestID: "r", GenerationID: "g"}), "c"), "c", ActionRequestInput, Trusted}, // R-INPUT-06
