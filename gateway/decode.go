@@ -14,11 +14,9 @@ import (
 	"github.com/a2-runtime/a2/protocol"
 )
 
-// decodeEvents reads the body of a push, {"events":[{"id","type","payload"}]},
-// within the configured limits. It checks the envelope only (shape, JSON
-// types, limits, UTF-8); the events themselves are validated by the Router
-// (Contract.ValidateIngress), which names the offending field.
-func (g *Gateway) decodeEvents(w http.ResponseWriter, r *http.Request) ([]protocol.Event, error) {
+// readJSONBody reads a request body of JSON: its media type, its size
+// limit, UTF-8 and JSON syntax.
+func (g *Gateway) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !isJSONSuffix(mt)) {
@@ -39,7 +37,7 @@ func (g *Gateway) decodeEvents(w http.ResponseWriter, r *http.Request) ([]protoc
 		return nil, errClientGone
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, invalid("body", `is empty; send {"events":[{"id":...,"type":...,"payload":...}]}`)
+		return nil, invalid("body", `is empty; send a JSON object (a push is {"events":[{"id":...,"type":...,"payload":...}]})`)
 	}
 	if !utf8.Valid(body) {
 		return nil, invalid("body", "is not valid UTF-8")
@@ -51,6 +49,18 @@ func (g *Gateway) decodeEvents(w http.ResponseWriter, r *http.Request) ([]protoc
 			err = errors.New("unexpected data after the JSON value")
 		}
 		return nil, invalid("body", "is not valid JSON: %v", err)
+	}
+	return body, nil
+}
+
+// decodeEvents reads the body of a push, {"events":[{"id","type","payload"}]},
+// within the configured limits. It checks the envelope only (shape, JSON
+// types, limits, UTF-8); the events themselves are validated by the Router
+// (Contract.ValidateIngress), which names the offending field.
+func (g *Gateway) decodeEvents(w http.ResponseWriter, r *http.Request) ([]protocol.Event, error) {
+	body, err := g.readJSONBody(w, r)
+	if err != nil {
+		return nil, err
 	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) != nil {

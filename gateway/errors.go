@@ -25,6 +25,7 @@ const (
 	CodeUnavailable      = "UNAVAILABLE"
 	CodeSessionOwned     = "SESSION_OWNED"
 	CodeInternal         = "INTERNAL"
+	CodeConflict         = "CONFLICT"
 )
 
 // Error is an error answered to an HTTP client: its status and the JSON

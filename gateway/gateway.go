@@ -127,6 +127,8 @@ func New(router Router, opts Options) *Gateway {
 	mux.Handle(sessions+"/events", methods{http.MethodPost: g.push(false), http.MethodGet: g.history})
 	mux.Handle(sessions+"/state", methods{http.MethodGet: g.state})
 	mux.Handle(sessions+"/stream", methods{http.MethodGet: g.stream})
+	mux.Handle("/v1/agents/{agent}/chat", methods{http.MethodPost: g.chat})
+	mux.Handle("/v1/agents/{agent}/chat/{session}/stream", methods{http.MethodGet: g.chatResume})
 	mux.Handle("/v1/admin/agents/{agent}/sessions/{session}/events", methods{http.MethodPost: g.push(true)})
 	mux.Handle("/healthz", methods{http.MethodGet: healthz, http.MethodHead: healthz})
 	if g.opts.Gates != nil {

@@ -104,6 +104,7 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 	case ChunkToolInputAvailable:
 		part := s.ensureToolPart(msg, pr, c)
 		part.State = ToolInputAvailable
+		part.InputEncoding = "" // as the AI SDK: the encoding is of the streamed input
 		part.Input = c.Input
 		if len(part.Input) == 0 {
 			part.Input = json.RawMessage("{}")
@@ -122,7 +123,7 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 		part.ErrorText = c.ErrorText
 		// Version 7 keeps the unparsable input in input (rawInput is
 		// deprecated).
-		part.Input, part.RawInput = c.Input, nil
+		part.Input, part.RawInput, part.InputEncoding = c.Input, nil, ""
 		delete(pr.ToolInput, c.ToolCallID)
 		s.trackTool(pr, c, ToolStatusFailed)
 	case ChunkToolApproval:

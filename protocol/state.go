@@ -464,6 +464,9 @@ func UnmarshalState(b []byte) (*AIState, error) {
 }
 
 // message returns a pointer to the message with the given ID, or nil.
+// MessageByID returns the message with id, or nil.
+func (s *AIState) MessageByID(id string) *UIMessage { return s.message(id) }
+
 func (s *AIState) message(id string) *TranscriptMessage {
 	for i := len(s.Messages) - 1; i >= 0; i-- {
 		if s.Messages[i].ID == id {

@@ -18,6 +18,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,6 +48,7 @@ import (
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	pgstore "github.com/a2-runtime/a2/persistence/postgres"
+	"github.com/a2-runtime/a2/tools"
 	"github.com/a2-runtime/a2/tools/demotools"
 )
 
@@ -212,7 +214,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		Model:        harness.ModelID(p.model),
 		Models:       p.providerFor,
 		Instructions: harness.Instructions(instructions),
-		Tools:        demotools.Tools(),
+		Tools:        nodeTools(sc != nil),
 		Harness:      actors.HarnessOptions{StepTimeout: cfg.stepTimeout},
 	})
 	if err != nil {
@@ -342,6 +344,26 @@ Or with curl: send a message, then watch the answer stream in
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
 `, base, defaultAgent, p.model, p.name, where, admin, memory, base, sessions, id, id, sessions)
+}
+
+// nodeTools are the agent's tools: the demo tools, and in test mode
+// (--script) also confirm_action, which asks for the user's approval before
+// it runs and echoes its input, so that scripted turns can exercise
+// approvals (docs/testing.md).
+func nodeTools(testMode bool) []tools.Tool {
+	ts := demotools.Tools()
+	if testMode {
+		ts = append(ts, tools.Tool{
+			Name:          "confirm_action",
+			Description:   "Does an action once the user approves it.",
+			InputSchema:   json.RawMessage(`{"type":"object","properties":{"action":{"type":"string"}},"required":["action"]}`),
+			NeedsApproval: func(json.RawMessage) bool { return true },
+			Execute: func(_ context.Context, input json.RawMessage) (json.RawMessage, error) {
+				return json.Marshal(map[string]json.RawMessage{"done": input})
+			},
+		})
+	}
+	return ts
 }
 
 // gcDescription tells what the node set of the collector's settings.

@@ -63,9 +63,11 @@ type nodeProcess struct {
 	url string
 }
 
-func startNodeProcess(t *testing.T, bin, store, scriptFile string) *nodeProcess {
+// startNodeProcess starts the node binary in test mode on the store
+// (a postgres:// URL, or "" for Pebble in --data, passed in extra).
+func startNodeProcess(t *testing.T, bin, store, scriptFile string, extra ...string) *nodeProcess {
 	addr := freePort(t)
-	cmd := exec.Command(bin, "--addr", addr, "--store", store, "--script", scriptFile)
+	cmd := exec.Command(bin, append([]string{"--addr", addr, "--store", store, "--script", scriptFile}, extra...)...)
 	cmd.Env = append(os.Environ(), "A2_ADMIN_TOKEN=")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
