@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
@@ -385,5 +386,132 @@ func TestDirectProviderNeedsExplicitThreshold(t *testing.T) {
 	}
 	if len(st.ModelMetadata) != 0 {
 		t.Fatalf("an explicit threshold still looked up limits: %+v", st.ModelMetadata)
+	}
+}
+
+// heldSummaryModel answers steps from a script and holds every summary
+// request until release is closed; started receives one value per summary
+// request that began.
+type heldSummaryModel struct {
+	answer  *script.Model
+	started chan struct{}
+	release chan struct{}
+}
+
+func (m *heldSummaryModel) Stream(ctx context.Context, req harness.Request) (harness.Stream, error) {
+	last := req.Messages[len(req.Messages)-1]
+	if len(last.Content) > 0 && strings.HasPrefix(last.Content[0].Text, protocol.SummaryInstructions) {
+		m.started <- struct{}{}
+		select {
+		case <-m.release:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		sc, _ := script.Parse([]byte(`{"default":{"text":"late summary"}}`))
+		return script.New(sc).Stream(ctx, req)
+	}
+	return m.answer.Stream(ctx, req)
+}
+
+// R-COMPACT-29 R-COMPACT-31: while a compaction's summary request is in
+// flight, its ai.compaction.requested is durable (a client sees a running
+// compaction part); a Stop or a Pause now that arrives first leaves the
+// part interrupted in the response, not removed.
+func TestCompactionIsVisibleWhileItsSummaryRuns(t *testing.T) {
+	for _, end := range []string{"stop", "pause now"} {
+		t.Run(end, func(t *testing.T) {
+			sc, _ := script.Parse([]byte(`{"default":{"text":"answer"}}`))
+			m := &heldSummaryModel{answer: script.New(sc), started: make(chan struct{}, 4), release: make(chan struct{})}
+			defer close(m.release)
+			f := newFixture(t, `{"replies":[]}`, func(a *AgentOptions) {
+				a.Models = func(string) (harness.Model, error) { return m, nil }
+				a.Harness.Compaction = protocol.CompactionOptions{ThresholdTokens: 1}
+			})
+			f.push("s1", protocol.Inputs.Text("m1", "a question long enough to pass a threshold of one token"))
+			select {
+			case <-m.started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the summary request did not start")
+			}
+			// The request is durable while the summary runs.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				evs, err := f.store.Read(context.Background(), "s1", 0, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				found := false
+				for _, ev := range evs {
+					found = found || ev.Type == protocol.TypeCompactionRequested
+				}
+				if found {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("ai.compaction.requested is not in the store while the summary runs (%d events)", len(evs))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			st := f.waitFor("s1", "the running compaction part", func(s *protocol.AIState) bool {
+				c := compactionParts(s)
+				return len(c) == 1 && c[0].Status == protocol.CompactionStatusRunning
+			})
+			if end == "stop" {
+				f.push("s1", withID(protocol.Inputs.Stop(st.Active.TurnID, nil), "stop-1"))
+			} else {
+				f.push("s1", withID(protocol.Inputs.Pause(protocol.PauseNow), "pause-1"))
+			}
+			f.waitFor("s1", "the interrupted compaction part", func(s *protocol.AIState) bool {
+				c := compactionParts(s)
+				return len(c) == 1 && c[0].Status == protocol.CompactionStatusInterrupted &&
+					(s.Active == nil || s.Active.Phase == protocol.PhasePaused)
+			})
+		})
+	}
+}
+
+// R-META-01 R-META-07: the first step's start write asks for the model's
+// limits only when the generation's resolved compaction needs them: not for
+// an explicit threshold, compaction false or a custom policy, even when a
+// resolver answers them.
+func TestMetadataDiscoveryOnlyWhenAThresholdIsNeeded(t *testing.T) {
+	custom := &CustomCompaction{
+		ShouldCompact: func(context.Context, CompactionContext) (bool, error) { return false, nil },
+		Compact:       func(context.Context, CompactionContext) (string, error) { return "", nil },
+	}
+	cases := []struct {
+		name   string
+		choice CompactionChoice
+		want   bool
+	}{
+		{"automatic, no threshold", CompactionChoice{}, true},
+		{"explicit threshold", CompactionChoice{Options: protocol.CompactionOptions{ThresholdTokens: 1000}}, false},
+		{"compaction false", CompactionChoice{Options: protocol.CompactionOptions{Disabled: true}}, false},
+		{"custom policy", CompactionChoice{Custom: custom}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, `{"default":{"text":"ok"}}`, func(a *AgentOptions) {
+				a.Harness.CompactionFunc = func(context.Context, harness.ResolverContext) (CompactionChoice, error) {
+					return tc.choice, nil
+				}
+			})
+			f.push("s1", protocol.Inputs.Text("m1", "hi"))
+			st := f.waitFor("s1", "the turn's end", idle)
+			if lastText(st) != "ok" || st.Error != nil {
+				t.Fatalf("the turn did not answer: %q, error %+v", lastText(st), st.Error)
+			}
+			evs, err := f.store.Read(context.Background(), "s1", 0, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requested := false
+			for _, ev := range evs {
+				requested = requested || ev.Type == protocol.TypeModelMetaRequested
+			}
+			if requested != tc.want {
+				t.Fatalf("ai.model.metadata.requested written: %v, want %v", requested, tc.want)
+			}
+		})
 	}
 }

@@ -48,6 +48,9 @@ type lane struct {
 type laneStarted struct {
 	gen   string
 	model string
+	// limits is set when the generation's compaction needs the model's
+	// limits: automatic, with no explicit threshold (R-META-01, R-META-07).
+	limits bool
 }
 
 // laneEvent is an event the lane writes itself (compaction).
@@ -74,9 +77,11 @@ type laneEnd struct {
 	finishReason string
 	estimate     int64
 	bytes        int64
-	// noModel marks a failure before the model resolved: the start event
-	// omits the model (R-GEN-16).
+	// noModel marks a failure before the start was reported: the start
+	// event is written with the failure, naming model when it resolved
+	// (R-GEN-16).
 	noModel bool
+	model   string
 }
 
 // laneActor is the generation lane's child actor: it runs one model step
@@ -225,7 +230,7 @@ func (s *sessionActor) onLane(m any) {
 			ev := protocol.Event{ID: protocol.DeriveID("started", s.id, m.gen), Type: protocol.TypeGenerationStarted,
 				Payload: mustJSON(protocol.GenerationStarted{GenerationID: m.gen, RequestID: l.request, Attempt: l.attempt, Model: m.model})}
 			l.startedEv = &ev
-			if req := s.metadataRequest(m.model); req != nil {
+			if req := s.metadataRequest(m.model); req != nil && m.limits {
 				l.pre = append(l.pre, *req) // in the start write (R-META-01)
 			}
 		}
@@ -261,7 +266,7 @@ func (s *sessionActor) onLane(m any) {
 		}
 		if m.noModel && l.startedEv == nil {
 			ev := protocol.Event{ID: protocol.DeriveID("started", s.id, m.gen), Type: protocol.TypeGenerationStarted,
-				Payload: mustJSON(protocol.GenerationStarted{GenerationID: m.gen, RequestID: l.request, Attempt: l.attempt})}
+				Payload: mustJSON(protocol.GenerationStarted{GenerationID: m.gen, RequestID: l.request, Attempt: l.attempt, Model: m.model})}
 			l.startedEv = &ev
 		}
 		l.end = m
@@ -359,10 +364,12 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		end(&laneEnd{gen: in.gen, failure: err.Error(), noModel: true})
 		return
 	}
-	send(&laneStarted{gen: in.gen, model: settings.Model})
+	// A failure before the start is reported ends the step with a start
+	// event of its own (noModel).
+	failEarly := func(err error) { end(&laneEnd{gen: in.gen, failure: err.Error(), noModel: true, model: settings.Model}) }
 	instructions, err := a.Instructions.Resolve(ctx, rc)
 	if err != nil {
-		end(&laneEnd{gen: in.gen, failure: err.Error()})
+		failEarly(err)
 		return
 	}
 	gs := a.Harness.Generation
@@ -371,13 +378,27 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 			err = gs.Validate()
 		}
 		if err != nil {
-			end(&laneEnd{gen: in.gen, failure: err.Error()})
+			failEarly(err)
 			return
 		}
 	}
 	gs = harness.WithModelSettings(gs, settings)
 	userSettings := gs // what a custom generate receives (R-GEN-25)
 	gs = harness.WithGatewayDefaults(gs, in.session)
+	// The compaction choice, resolved once per generation (R-COMPACT-14)
+	// before the start is written: the start write asks for the model's
+	// limits only when the choice needs them (R-META-01, R-META-07). A
+	// custom generate compacts only when configured to (R-GEN-30).
+	var choice CompactionChoice
+	compactable := a.Harness.Generate == nil || a.Harness.compactionConfigured()
+	if compactable {
+		if choice, err = in.agent.compactionFor(ctx, rc, gs); err != nil {
+			failEarly(err)
+			return
+		}
+	}
+	send(&laneStarted{gen: in.gen, model: settings.Model,
+		limits: compactable && choice.Custom == nil && choice.Options.Discovery()})
 	// The model serves the default generator and automatic compaction's
 	// summary request; a custom generate may do without.
 	var model harness.Model
@@ -433,7 +454,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		}
 		return err
 	}
-	if summary, ok, err := compact(stepCtx, in, model, req, settings.Model, bytes, send, rc); err != nil {
+	if summary, ok, err := compact(stepCtx, in, model, req, settings.Model, bytes, send, rc, choice, compactable); err != nil {
 		end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 		return
 	} else if ok {
@@ -640,13 +661,9 @@ func appendChecked(out []protocol.UIMessageChunk, in laneInput, gs harness.Gener
 // records ai.compaction.completed. An empty summary or a summary tool call
 // fails the generation (R-COMPACT-08). It returns the summary and whether
 // a compaction happened.
-func compact(ctx context.Context, in laneInput, model harness.Model, req harness.Request, modelID string, bytes int64, send func(any), rc harness.ResolverContext) (string, bool, error) {
-	if h := in.agent.opts.Harness; h.Generate != nil && !h.compactionConfigured() {
+func compact(ctx context.Context, in laneInput, model harness.Model, req harness.Request, modelID string, bytes int64, send func(any), rc harness.ResolverContext, choice CompactionChoice, compactable bool) (string, bool, error) {
+	if !compactable {
 		return "", false, nil // a custom generate compacts only when asked to (R-GEN-30)
-	}
-	choice, err := in.agent.compactionFor(ctx, rc, req.Settings)
-	if err != nil {
-		return "", false, err
 	}
 	opts := choice.Options
 	if opts.Disabled || in.ai == nil {

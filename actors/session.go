@@ -509,12 +509,17 @@ func (s *sessionActor) tryFlush() {
 	if s.writing || s.stopping {
 		return
 	}
-	chunks, boundary := 0, false
+	chunks, boundary, events := 0, false, false
 	for _, l := range s.lanes {
 		chunks += len(l.chunks)
 		boundary = boundary || l.boundary || l.end != nil
+		// A start and the events a lane reports before its chunks (a
+		// compaction's request) are written at once, so that a client sees
+		// a running compaction while its summary request is in flight.
+		events = events || l.startedEv != nil || len(l.pre) > 0
 	}
-	if len(s.queue) == 0 && len(s.workQueue) == 0 && chunks == 0 && !s.anyEnded() {
+	boundary = boundary || events
+	if len(s.queue) == 0 && len(s.workQueue) == 0 && chunks == 0 && !events && !s.anyEnded() {
 		return
 	}
 	if d := time.Duration(s.agent.progress.MaxDelayMs) * time.Millisecond; d > 0 && len(s.queue) == 0 && len(s.workQueue) == 0 &&

@@ -317,6 +317,10 @@ func (s *AIState) pauseNow() {
 	a := s.Active
 	a.Version++
 	if g := s.ActiveGeneration; g != nil && g.State == "streaming" {
+		// A compaction that was running is interrupted, not removed
+		// (R-COMPACT-31, OQ-28): the attempt is cancelled, not superseded
+		// by another worker.
+		s.interruptCompaction(g.GenerationID)
 		s.dropAttempt(g.GenerationID)
 		a.Settling = append(a.Settling, g.GenerationID)
 	}
@@ -808,6 +812,28 @@ func (s *AIState) foldSuperseded(p GenerationSuperseded) {
 	s.dropAttempt(p.GenerationID)
 }
 
+// interruptCompaction settles the running compaction part of generationID
+// as interrupted.
+func (s *AIState) interruptCompaction(generationID string) {
+	if pr := s.ActiveProjection; pr != nil && pr.GenerationID == generationID {
+		if msg := s.message(pr.ResponseMessageID); msg != nil {
+			for i := range msg.Parts {
+				if msg.Parts[i].Type == PartCompaction && msg.Parts[i].ID == generationID {
+					setCompactionStatus(&msg.Parts[i], CompactionStatusRunning, CompactionStatusInterrupted)
+				}
+			}
+		}
+	}
+	if s.Compaction != nil && s.Compaction.GenerationID == generationID && s.Compaction.Status == CompactionStatusRunning {
+		s.Compaction.Status = CompactionStatusInterrupted
+	}
+}
+
+func compactionInterrupted(p Part) bool {
+	var d CompactionData
+	return json.Unmarshal(p.Data, &d) == nil && d.Status == CompactionStatusInterrupted
+}
+
 // dropAttempt fences a streaming attempt as superseded and removes what it
 // wrote into the response.
 func (s *AIState) dropAttempt(generationID string) {
@@ -821,7 +847,7 @@ func (s *AIState) dropAttempt(generationID string) {
 			}
 			msg.Parts = msg.Parts[:base]
 			msg.Parts = slices.DeleteFunc(msg.Parts, func(p Part) bool {
-				return p.Type == PartCompaction && p.ID == generationID
+				return p.Type == PartCompaction && p.ID == generationID && !compactionInterrupted(p)
 			})
 		}
 	}
@@ -835,7 +861,7 @@ func (s *AIState) dropAttempt(generationID string) {
 			delete(s.PendingApprovals, id)
 		}
 	}
-	if s.Compaction != nil && s.Compaction.GenerationID == generationID {
+	if s.Compaction != nil && s.Compaction.GenerationID == generationID && s.Compaction.Status != CompactionStatusInterrupted {
 		s.Compaction = nil
 	}
 	s.ActiveProjection = nil
