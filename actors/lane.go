@@ -366,7 +366,9 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	// A failure before the start is reported ends the step with a start
 	// event of its own (noModel).
-	failEarly := func(err error) { end(&laneEnd{gen: in.gen, failure: err.Error(), noModel: true, model: settings.Model}) }
+	failEarly := func(err error) {
+		end(&laneEnd{gen: in.gen, failure: err.Error(), noModel: true, model: settings.Model})
+	}
 	instructions, err := a.Instructions.Resolve(ctx, rc)
 	if err != nil {
 		failEarly(err)
