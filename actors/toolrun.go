@@ -146,11 +146,11 @@ func (s *sessionActor) cancelRun(r *toolRun, cause error) {
 func (s *sessionActor) claim(w protocol.Work) {
 	attempt := w.Attempt + 1
 	r := &toolRun{call: w.ToolCallID, tool: w.ToolName, gen: w.GenerationID, version: w.Version, attempt: attempt, input: w.Input}
-	r.event = protocol.Event{ID: protocol.DeriveID("tool", s.id, w.ToolCallID, strconv.Itoa(w.Version)), Type: protocol.TypeToolExecRequested, Session: s.id,
+	r.event = protocol.Event{ID: protocol.DeriveID("tool", s.id, w.GenerationID, w.ToolCallID, strconv.Itoa(w.Version)), Type: protocol.TypeToolExecRequested, Session: s.id,
 		Payload: mustJSON(protocol.ToolExecutionRequested{ToolCallID: w.ToolCallID, ToolName: w.ToolName, Input: w.Input,
 			GenerationID: w.GenerationID, TurnID: w.TurnID, Version: w.Version})}
 	s.toolRuns[w.ToolCallID] = r
-	s.queueWork(protocol.Event{ID: protocol.DeriveID("claim", s.id, w.ToolCallID, strconv.Itoa(w.Version), strconv.Itoa(attempt)), Cause: r.event.ID,
+	s.queueWork(protocol.Event{ID: protocol.DeriveID("claim", s.id, w.GenerationID, w.ToolCallID, strconv.Itoa(w.Version), strconv.Itoa(attempt)), Cause: r.event.ID,
 		Type: protocol.TypeToolExecClaimed, Payload: mustJSON(protocol.ToolExecutionClaimed{ToolCallID: w.ToolCallID,
 			GenerationID: w.GenerationID, Version: w.Version, Attempt: attempt})})
 }
@@ -162,8 +162,8 @@ func (s *sessionActor) toolDone(call, gen string, version, attempt int, output j
 	}
 	// The outcome carries its durable cause: the call's work event
 	// (R-TOOL-04).
-	return protocol.Event{ID: protocol.DeriveID("tool-done", s.id, call, strconv.Itoa(version), strconv.Itoa(attempt)),
-		Type: protocol.TypeToolExecCompleted, Payload: mustJSON(p), Cause: protocol.DeriveID("tool", s.id, call, strconv.Itoa(version))}
+	return protocol.Event{ID: protocol.DeriveID("tool-done", s.id, gen, call, strconv.Itoa(version), strconv.Itoa(attempt)),
+		Type: protocol.TypeToolExecCompleted, Payload: mustJSON(p), Cause: protocol.DeriveID("tool", s.id, gen, call, strconv.Itoa(version))}
 }
 
 // execute starts a claimed attempt's child actor.
@@ -219,7 +219,7 @@ func (s *sessionActor) onToolPreliminary(m *toolPreliminary) {
 		return
 	}
 	r.seq++
-	s.queueWork(protocol.Event{ID: protocol.DeriveID("preliminary", s.id, m.call, strconv.Itoa(m.version), strconv.Itoa(m.attempt), strconv.Itoa(r.seq)),
+	s.queueWork(protocol.Event{ID: protocol.DeriveID("preliminary", s.id, r.gen, m.call, strconv.Itoa(m.version), strconv.Itoa(m.attempt), strconv.Itoa(r.seq)),
 		Type: protocol.TypeToolOutputPreliminary, Cause: r.event.ID,
 		Payload: mustJSON(protocol.ToolOutputPreliminary{ToolCallID: m.call, GenerationID: r.gen, Version: m.version, Attempt: m.attempt, Seq: r.seq, Output: m.output})})
 	s.flushSoon()

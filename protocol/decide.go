@@ -393,9 +393,10 @@ func (e *emitter) due(p Policy) string {
 
 // runnableTools lists, in the order the model called them, the local tool
 // calls of the active response that may run now and have no work event for
-// the current execution version: their step has closed (completed, or
-// failed: a result racing the failure still wins, R-STOP-12), they need no
-// approval or were approved, and the turn is running.
+// the current execution version: their input is complete (the step may
+// still stream; it may also have completed, or failed: a result racing the
+// failure still wins, R-STOP-12), they need no approval or were approved,
+// and the turn is running.
 func (s *AIState) runnableTools() []string {
 	a := s.Active
 	if a == nil || a.Phase != PhaseRunning || len(a.Settling) > 0 || a.Yield {
@@ -417,6 +418,14 @@ func (s *AIState) runnableTools() []string {
 		switch s.TerminalGenerations[t.GenerationID] {
 		case GenCompleted, GenFailed:
 			out = append(out, p.ToolCallID)
+		case "":
+			// A call of the step still streaming runs as soon as its input
+			// is complete and authorized: the rest of the stream does not
+			// hold it back (R-TOOL-03 "results and generation completion
+			// arrive in either order").
+			if g := s.ActiveGeneration; g != nil && g.GenerationID == t.GenerationID && g.State == "streaming" {
+				out = append(out, p.ToolCallID)
+			}
 		}
 	}
 	return out
@@ -489,7 +498,7 @@ func (e *emitter) stepOnce(p Policy) (bool, error) {
 			if msg != nil {
 				p.Input = msg.Parts[k].Input
 			}
-			if err := e.emit(DeriveID("tool", e.session, id, strconv.Itoa(a.Version)), TypeToolExecRequested, p); err != nil {
+			if err := e.emit(DeriveID("tool", e.session, t.GenerationID, id, strconv.Itoa(a.Version)), TypeToolExecRequested, p); err != nil {
 				return false, err
 			}
 		}
