@@ -23,6 +23,10 @@ var (
 	ErrPaused         = errors.New("actors: the turn was paused now")
 	ErrSuperseded     = errors.New("actors: the attempt was superseded")
 	errSessionStopped = errors.New("actors: the session actor stopped")
+	// errWrittenElsewhere: the session's write was refused because another
+	// runtime on the same store appended first; this actor's attempts are
+	// superseded by that writer's.
+	errWrittenElsewhere = fmt.Errorf("%w: another runtime wrote the session first", ErrSuperseded)
 )
 
 // lane is one model step in progress: a child actor runs the model stream

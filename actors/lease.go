@@ -161,11 +161,15 @@ func (s *sessionActor) loseLease(why error) {
 
 // childStopCause is what a child (a lane, a tool execution) cancels its
 // work with when the session stops: errLeaseLost when the lease was lost
-// (the attempt is superseded), errSessionStopped otherwise. Children call
+// and errWrittenElsewhere when another runtime wrote the session (the
+// attempt is superseded either way), errSessionStopped otherwise. Children call
 // it from their own goroutines.
 func (s *sessionActor) childStopCause() error {
 	if s.lostLease.Load() {
 		return errLeaseLost
+	}
+	if s.writtenElsewhere.Load() {
+		return errWrittenElsewhere
 	}
 	return errSessionStopped
 }

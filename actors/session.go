@@ -67,6 +67,9 @@ type sessionActor struct {
 	// lostLease is set, before the stop, when the lease was lost: the
 	// children read it from their own goroutines (childStopCause).
 	lostLease atomic.Bool
+	// writtenElsewhere is set, before the stop, when a write was refused
+	// because another runtime appended to the session first.
+	writtenElsewhere atomic.Bool
 
 	sinceSnapshot      int
 	sinceSnapshotBytes int
@@ -732,6 +735,13 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 		}
 		s.stop()
 		return
+	}
+	if errors.Is(err, persistence.ErrIndexConflict) {
+		// Another runtime on the store wrote the session: the attempts and
+		// tool executions running here are stale. They are cancelled at
+		// once, with the superseded reason, as the actor stops
+		// (R-DELIVERY-05); the next activation reads what the other wrote.
+		s.writtenElsewhere.Store(true)
 	}
 	if notOwner {
 		// Not a failure of the store: another agent claimed the session
