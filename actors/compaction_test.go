@@ -515,3 +515,50 @@ func TestMetadataDiscoveryOnlyWhenAThresholdIsNeeded(t *testing.T) {
 		})
 	}
 }
+
+// emptySummaries answers steps from a script and summary requests with
+// nothing.
+type emptySummaries struct{ answer harness.Model }
+
+func (m emptySummaries) Stream(ctx context.Context, req harness.Request) (harness.Stream, error) {
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role == harness.ModelRoleUser && len(last.Content) > 0 && strings.HasPrefix(last.Content[0].Text, protocol.SummaryInstructions) {
+		sc, _ := script.Parse([]byte(`{"default":{}}`))
+		return script.New(sc).Stream(ctx, req)
+	}
+	return m.answer.Stream(ctx, req)
+}
+
+// R-COMPACT-08 R-COMPACT-06 R-COMPACT-31: an empty summary fails the
+// generation, its compaction part settles failed, and the previous context
+// stays in force.
+func TestEmptySummaryFailsTheGeneration(t *testing.T) {
+	sc, _ := script.Parse([]byte(`{"default":{"text":"` + longText + `"}}`))
+	f := newFixture(t, `{}`, func(a *AgentOptions) {
+		a.Harness.Compaction = protocol.CompactionOptions{ThresholdTokens: 60}
+		a.Models = func(string) (harness.Model, error) { return emptySummaries{answer: script.New(sc)}, nil }
+	})
+	for i := 0; i < 4; i++ {
+		f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), "tell me more"))
+		st := f.waitFor("s1", "turn settled", func(s *protocol.AIState) bool {
+			return (idle(s) && len(s.Messages) == 2*(i+1)) || s.Status == protocol.StatusFailed
+		})
+		if st.Status != protocol.StatusFailed {
+			continue
+		}
+		if st.Error == nil || !strings.Contains(st.Error.Message, "empty") {
+			t.Fatalf("error %+v", st.Error)
+		}
+		var statuses []string
+		for _, d := range compactionParts(st) {
+			statuses = append(statuses, d.Status)
+		}
+		if len(statuses) != 1 || statuses[0] != protocol.CompactionStatusFailed {
+			t.Fatalf("compaction parts %v", statuses)
+		}
+		return
+	}
+	t.Fatal("the prompt never crossed the threshold")
+}
+
+const longText = "a long answer that makes the prompt cross a small threshold quickly, again and again"
