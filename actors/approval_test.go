@@ -1,4 +1,5 @@
 // The approval flow of local tool calls.
+
 package actors
 
 import (

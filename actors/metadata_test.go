@@ -1,5 +1,6 @@
 // Model metadata discovery: the lookup in the start write, its retries,
 // and automatic compaction from the catalog's limits.
+
 package actors
 
 import (

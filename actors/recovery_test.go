@@ -1,5 +1,6 @@
 // Recovery: tool executions across crashes at many points, and store
 // failures retried durably.
+
 package actors
 
 import (

@@ -1,5 +1,6 @@
 // Tool outcomes: causes and the join, a tool whose step fails, Pause now
 // with report and rerun tools, preliminary outputs and attempts.
+
 package actors
 
 import (
