@@ -203,6 +203,7 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	policy.ReportTools = report
 	if strings.ContainsAny(o.ToolLane, " \t\n") {
 		return nil, &protocol.ConfigError{Option: "toolLane", Message: "must be a name without spaces"}
 	}

@@ -215,3 +215,37 @@ func BenchmarkToolsDuringStream(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/turn")
 }
+
+// R-TOOL-13: a tool with toolRecovery "report" (at most once per call)
+// still starts only when its step has ended: the write that makes its
+// input complete requests no execution while the step streams, since a
+// superseded attempt's new model call would run it again.
+func TestReportToolsWaitForTheirStep(t *testing.T) {
+	m := &heldAfterToolModel{release: make(chan struct{})}
+	released := false
+	defer func() {
+		if !released {
+			close(m.release)
+		}
+	}()
+	fast := tools.Tool{Name: "fast", Recovery: "report", Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"ok":true}`), nil
+	}}
+	f := newFixture(t, `{"replies":[]}`, func(a *AgentOptions) {
+		a.Models = func(string) (harness.Model, error) { return m, nil }
+		a.Tools = []tools.Tool{fast}
+	})
+	f.push("s1", protocol.Inputs.Text("m1", "go"))
+	// The call's input and whatever the control lane decided with it are
+	// one write: once the state shows the input, a request would show too.
+	st := f.waitFor("s1", "the call's input", func(s *protocol.AIState) bool { _, ok := s.Tools["c1"]; return ok })
+	if got := st.Tools["c1"].Status; got != protocol.ToolStatusPending || st.ActiveGeneration == nil || st.ActiveGeneration.State != "streaming" {
+		t.Fatalf("the report tool is %q while its step streams (%+v), want pending", got, st.ActiveGeneration)
+	}
+	close(m.release)
+	released = true
+	st = f.waitFor("s1", "the turn's end", idle)
+	if st.Tools["c1"].Status != protocol.ToolStatusCompleted || lastText(st) != "and more wordsdone" {
+		t.Fatalf("after the step: tool %+v, text %q", st.Tools["c1"], lastText(st))
+	}
+}

@@ -100,11 +100,24 @@ func TestMetadataLookupExhausted(t *testing.T) {
 	for fetches.Load() < int64(lookupAttempts) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(20 * time.Millisecond)
 	after := fetches.Load()
 	f.push("s1", protocol.Inputs.Text("m2", "two"))
 	st := f.waitFor("s1", "turn 2", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 4 })
-	time.Sleep(20 * time.Millisecond)
+	// A lookup runs for an ai.model.metadata.requested in the log: the
+	// second turn wrote none.
+	evs, err := f.store.Read(context.Background(), "s1", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := 0
+	for _, ev := range evs {
+		if ev.Type == protocol.TypeModelMetaRequested {
+			requests++
+		}
+	}
+	if requests != 1 {
+		t.Fatalf("%d lookups requested in the log, want the first turn's only", requests)
+	}
 	if fetches.Load() != after || after != int64(lookupAttempts) {
 		t.Fatalf("%d fetches after the first turn, %d after the second: no new lookup per turn", after, fetches.Load())
 	}

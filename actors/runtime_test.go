@@ -28,6 +28,7 @@ type countingStore struct {
 	loads   atomic.Int64 // LoadSnapshot calls: one per session activation
 	mu      sync.Mutex
 	batches [][]string // the event types of each append, in order
+	written [][]protocol.Event
 }
 
 func (c *countingStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
@@ -52,7 +53,23 @@ func (c *countingStore) count(events []protocol.Event) {
 	}
 	c.mu.Lock()
 	c.batches = append(c.batches, types)
+	c.written = append(c.written, append([]protocol.Event(nil), events...))
 	c.mu.Unlock()
+}
+
+// batchOf returns the events of the append that held the event for which
+// match is true.
+func (c *countingStore) batchOf(match func(protocol.Event) bool) []protocol.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.written {
+		for _, ev := range b {
+			if match(ev) {
+				return b
+			}
+		}
+	}
+	return nil
 }
 
 func (c *countingStore) LoadSnapshot(ctx context.Context, session, reducer string) (persistence.Snapshot, bool, error) {

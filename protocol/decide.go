@@ -15,6 +15,13 @@ type Policy struct {
 	// deferred-result support: the continuation waits for their result,
 	// submitted by trusted code with a tool-result command (R-TOOL-18).
 	DeferredTools map[string]bool
+	// ReportTools names the tools with toolRecovery "report" (at most once
+	// per call). They start only once their step has ended (completed or
+	// failed), as every tool did before: a step still streaming may be
+	// superseded by a crash or a lapsed claim, and its new attempt calls
+	// the model again, which would run such a tool a second time. Other
+	// tools start as soon as their input is complete.
+	ReportTools map[string]bool
 }
 
 // stepLimitMessage is the error of a response that maxSteps stopped.
@@ -373,7 +380,7 @@ func (e *emitter) due(p Policy) string {
 	if len(s.Inbox.Items) > 0 && s.Inbox.Items[0].AfterStepOf == a.TurnID && s.atStepBoundary(p) {
 		return "handoff"
 	}
-	if len(s.runnableTools()) > 0 {
+	if len(s.runnableTools(p)) > 0 {
 		return "tools"
 	}
 	if a.Failed || s.ActiveRequestID != "" {
@@ -397,7 +404,7 @@ func (e *emitter) due(p Policy) string {
 // still stream; it may also have completed, or failed: a result racing the
 // failure still wins, R-STOP-12), they need no approval or were approved,
 // and the turn is running.
-func (s *AIState) runnableTools() []string {
+func (s *AIState) runnableTools(pol Policy) []string {
 	a := s.Active
 	if a == nil || a.Phase != PhaseRunning || len(a.Settling) > 0 || a.Yield {
 		return nil
@@ -423,7 +430,7 @@ func (s *AIState) runnableTools() []string {
 			// is complete and authorized: the rest of the stream does not
 			// hold it back (R-TOOL-03 "results and generation completion
 			// arrive in either order").
-			if g := s.ActiveGeneration; g != nil && g.GenerationID == t.GenerationID && g.State == "streaming" {
+			if g := s.ActiveGeneration; g != nil && g.GenerationID == t.GenerationID && g.State == "streaming" && !pol.ReportTools[t.ToolName] {
 				out = append(out, p.ToolCallID)
 			}
 		}
@@ -491,7 +498,7 @@ func (e *emitter) stepOnce(p Policy) (bool, error) {
 		return true, e.admit()
 	case "tools":
 		a := s.Active
-		for _, id := range s.runnableTools() {
+		for _, id := range s.runnableTools(p) {
 			t := s.Tools[id]
 			msg, k := s.toolPart(id)
 			p := ToolExecutionRequested{ToolCallID: id, ToolName: t.ToolName, GenerationID: t.GenerationID, TurnID: a.TurnID, Version: a.Version}
