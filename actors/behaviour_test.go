@@ -141,8 +141,9 @@ func promptText(req harness.Request) string {
 }
 
 // R-TURN-03 R-TURN-04 R-GEN-04 R-INBOX-01 R-TURN-01: a later message waits in
-// the durable inbox until the active response completes; model calls never
-// overlap.
+// the durable inbox until the active response completes, tool loop included;
+// model calls never overlap. (R-TURN-04's failed response blocking the inbox:
+// TestRetryAfterProviderError.)
 func TestQueueWaitsForTheTurn(t *testing.T) {
 	f, o := newObserved(t, `{"replies":[{"match":"first","text":"one two three","gate":"g1"},{"match":"second","text":"second answer"}]}`, nil)
 	f.push("s1", protocol.Inputs.Text("m1", "first question"))
@@ -163,6 +164,52 @@ func TestQueueWaitsForTheTurn(t *testing.T) {
 	}
 	if strings.Contains(promptText(o.requests()[0]), "second question") {
 		t.Fatal("a pending input entered the prompt (R-INBOX-02)")
+	}
+}
+
+// R-TURN-04: a later message waits while the response's tool loop runs:
+// the step completed, its tool still runs, and the message stays queued
+// until the continuation ends the response.
+func TestQueueWaitsForTheToolLoop(t *testing.T) {
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	started := make(chan struct{}, 1)
+	slow := tools.Tool{Name: "slow", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return json.RawMessage(`{"ok":true}`), nil
+	}}
+	f, _ := newObserved(t, `{"replies":[{"match":"first","toolCalls":[{"name":"slow","input":{}}],"then":{"text":"tool loop done"}},{"match":"second","text":"second answer"}]}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{slow} })
+	f.push("s1", protocol.Inputs.Text("m1", "first question"))
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the tool did not start")
+	}
+	f.waitFor("s1", "the step's end, its tool running", func(s *protocol.AIState) bool {
+		return s.ActiveGeneration != nil && s.ActiveGeneration.State == protocol.GenCompleted
+	})
+	f.push("s1", protocol.Inputs.Text("m2", "second question"))
+	// The push answers once durable, with what admission decided: nothing.
+	st, _, err := f.rt.State(context.Background(), "assistant", "s1")
+	if err != nil || len(st.AI.Inbox.Items) != 1 || st.AI.Active == nil || st.AI.Active.Input.ID != "m1" {
+		t.Fatalf("the message did not wait for the tool loop: %v, inbox %+v", err, st.AI.Inbox.Items)
+	}
+	close(release)
+	final := f.waitFor("s1", "both answered", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 4 })
+	if textOf(final.Messages[1]) != "tool loop done" || textOf(final.Messages[3]) != "second answer" {
+		t.Fatalf("transcript %q %q", textOf(final.Messages[1]), textOf(final.Messages[3]))
 	}
 }
 
@@ -316,6 +363,24 @@ func TestPauseNowAndResume(t *testing.T) {
 	reqs := o.requests()
 	if len(reqs) != 3 || reqs[0].GenerationID == reqs[1].GenerationID {
 		t.Fatalf("resume must make a fresh request: %d calls", len(reqs))
+	}
+	// ... in a fresh execution version: the resume request raises it.
+	evs, err := f.store.Read(context.Background(), "s1", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	for _, ev := range evs {
+		var p protocol.GenerationRequested
+		if ev.Type == protocol.TypeGenerationRequested && json.Unmarshal(ev.Payload, &p) == nil && p.Reason == "resume" {
+			resumed = true
+			if p.Version < 1 {
+				t.Fatalf("the resume request keeps execution version %d, want a fresh one", p.Version)
+			}
+		}
+	}
+	if !resumed {
+		t.Fatal("no resume request in the log")
 	}
 
 	// After-turn pause: the turn finishes; the queue waits for Resume.

@@ -14,8 +14,8 @@ import (
 
 // R-TOOL-01 R-TOOL-03 R-TOOL-20 R-TOOL-23: a tool call runs as durable
 // work (claim first), its result joins the step, and the continuation
-// answers from it; inside Execute the handler context gives the work event
-// and the attempt. Input the schema rejects goes back to the model as an
+// answers from it; inside Execute the handler context gives the work event,
+// the call, the attempt, the session and a cancellation signal. Input the schema rejects goes back to the model as an
 // error and the tool does not run.
 func TestToolCallAndContinuation(t *testing.T) {
 	var runs atomic.Int64
@@ -24,8 +24,14 @@ func TestToolCallAndContinuation(t *testing.T) {
 		Execute: func(ctx context.Context, input json.RawMessage) (json.RawMessage, error) {
 			runs.Add(1)
 			hc, err := tools.FromContext(ctx)
-			if err != nil || hc.Attempt != 1 || hc.Call.ToolName != "weather" || hc.Event.Type != protocol.TypeToolExecRequested {
+			if err != nil || hc.Attempt != 1 || hc.Call.ToolName != "weather" || hc.Event.Type != protocol.TypeToolExecRequested ||
+				hc.Session != "s1" || hc.Call.GenerationID == "" || hc.Call.TurnID == "" || hc.Event.ID == "" {
 				return nil, errors.New("bad handler context")
+			}
+			// The signal: the call's context can be cancelled (Pause now
+			// and Stop cancel it: TestPauseNowWithReportAndRerunTools).
+			if ctx.Done() == nil {
+				return nil, errors.New("the handler context carries no cancellation signal")
 			}
 			return json.RawMessage(`{"sky":"clear"}`), nil
 		}}
