@@ -427,6 +427,10 @@ func TestRandomSessions(t *testing.T) {
 	if testing.Short() {
 		n = 30
 	}
+	// The mutation run (docs/testing.md) sets fewer seeds.
+	if v, err := strconv.Atoi(os.Getenv("A2_RANDOM_SESSIONS")); err == nil && v > 0 {
+		n = v
+	}
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		if err := runSim(seed, 200); err != nil {
 			t.Fatalf("seed %d (replay with A2_SEED=%d): %v", seed, seed, err)
