@@ -189,7 +189,7 @@ func TestQueueWaitsForTheToolLoop(t *testing.T) {
 		}
 		return json.RawMessage(`{"ok":true}`), nil
 	}}
-	f, _ := newObserved(t, `{"replies":[{"match":"first","toolCalls":[{"name":"slow","input":{}}],"then":{"text":"tool loop done"}},{"match":"second","text":"second answer"}]}`,
+	f, o := newObserved(t, `{"replies":[{"match":"first","toolCalls":[{"name":"slow","input":{}}],"then":{"text":"tool loop done"}},{"match":"second","text":"second answer"}]}`,
 		func(a *AgentOptions) { a.Tools = []tools.Tool{slow} })
 	f.push("s1", protocol.Inputs.Text("m1", "first question"))
 	select {
@@ -210,6 +210,11 @@ func TestQueueWaitsForTheToolLoop(t *testing.T) {
 	final := f.waitFor("s1", "both answered", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 4 })
 	if textOf(final.Messages[1]) != "tool loop done" || textOf(final.Messages[3]) != "second answer" {
 		t.Fatalf("transcript %q %q", textOf(final.Messages[1]), textOf(final.Messages[3]))
+	}
+	// R-INBOX-02: the continuation, built while the message was queued,
+	// does not see it.
+	if reqs := o.requests(); len(reqs) != 3 || strings.Contains(promptText(reqs[1]), "second question") {
+		t.Fatalf("a pending input entered the continuation's prompt (%d calls)", len(reqs))
 	}
 }
 
