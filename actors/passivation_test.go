@@ -25,6 +25,11 @@ func heapInUse() uint64 {
 // of where it was before they were activated (their entries stay in the
 // store). Set A2_PASSIVATE_SESSIONS for another count.
 func TestPassivationFreesMemory(t *testing.T) {
+	if testing.CoverMode() != "" {
+		// Coverage counters (the mutation run's first pass) change what a
+		// session costs: the bytes per session are not the node's.
+		t.Skip("heap figures under coverage instrumentation are not meaningful: run without -cover (go test ./actors -run TestPassivationFreesMemory)")
+	}
 	n := 10000
 	if testing.Short() {
 		n = 1000
