@@ -87,7 +87,13 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 			// The client answered approvals on the response (useChat's
 			// addToolApprovalResponse, then sendAutomaticallyWhen).
 			events, err = approvalAnswers(st.AI, body.Messages[last], last)
+			// useChat continues its own copy of the response: the stream
+			// goes on from the message it sent, not from the start.
 			target = chatTarget{response: head.ID}
+			var from protocol.UIMessage
+			if json.Unmarshal(body.Messages[last], &from) == nil {
+				target.from = &from
+			}
 		} else {
 			events, err = sendEvent(body.Messages[last], last)
 			target = chatTarget{input: head.ID}
@@ -145,6 +151,8 @@ type chatTarget struct {
 	response string
 	input    string
 	active   bool
+	// from is the response as the client has it, when it continues it.
+	from *protocol.UIMessage
 }
 
 // sendEvent builds the send command of a user message, with the errors of
@@ -221,7 +229,7 @@ func (g *Gateway) chatStream(w http.ResponseWriter, r *http.Request, agent, sess
 	s := ss.AI.Clone()
 	c := &chatFollower{target: target, response: target.response}
 	if c.response != "" {
-		c.stream = protocol.NewUIStream(c.response)
+		c.stream = protocol.NewUIStreamFrom(c.response, target.from)
 	}
 	if resume {
 		// Nothing to resume unless a response is under way.

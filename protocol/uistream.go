@@ -33,6 +33,21 @@ func NewUIStream(id string) *UIStream {
 	return &UIStream{id: id, sent: UIMessage{ID: id, Role: RoleAssistant}}
 }
 
+// NewUIStreamFrom returns the stream of response message id for a client
+// that has the message as from already (useChat continuing its copy of the
+// response, as after it answered an approval): the chunks continue from
+// there instead of rebuilding the message from its start.
+func NewUIStreamFrom(id string, from *UIMessage) *UIStream {
+	u := NewUIStream(id)
+	if from != nil {
+		u.sent.Metadata = from.Metadata
+		for _, p := range from.Parts {
+			u.sent.Parts = append(u.sent.Parts, clientView(p))
+		}
+	}
+	return u
+}
+
 // Broken reports whether the response changed in a way the stream cannot
 // show; the client should then read the session's state.
 func (u *UIStream) Broken() bool { return u.broken }
@@ -67,7 +82,12 @@ func (u *UIStream) Update(msg *UIMessage) []UIMessageChunk {
 			break
 		}
 		out = append(out, chunks...)
+		have := u.sent.Parts[i]
 		u.sent.Parts[i] = want[i]
+		if len(chunks) == 0 && (have.Type == PartText || have.Type == PartReasoning) {
+			// Only the metadata of a streaming part changed: not sent yet.
+			u.sent.Parts[i].ProviderMetadata = have.ProviderMetadata
+		}
 	}
 	if i < n || len(want) < len(u.sent.Parts) {
 		k := lastStepStart(u.sent.Parts)
@@ -179,7 +199,11 @@ func (u *UIStream) advance(i int, have, want Part) ([]UIMessageChunk, bool) {
 		if bytes.Equal(pm, have.ProviderMetadata) {
 			pm = nil
 		}
-		if suffix := want.Text[len(have.Text):]; suffix != "" || (len(pm) > 0 && want.State != "done") {
+		// A delta carries text: a chunk without any fails the AI SDK's
+		// schema. Metadata that changed on a part still streaming with no
+		// new text waits for the next delta or the end (Update keeps the
+		// client's metadata until then).
+		if suffix := want.Text[len(have.Text):]; suffix != "" {
 			out = append(out, UIMessageChunk{Type: delta, ID: id, Delta: suffix, ProviderMetadata: pm})
 			pm = nil
 		}

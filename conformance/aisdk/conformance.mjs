@@ -115,7 +115,7 @@ async function collect(name, stream, onChunk) {
 }
 
 // rebuild builds the message from chunks with readUIMessageStream.
-async function rebuild(chunks) {
+async function rebuild(chunks, message) {
   const errors = [];
   const stream = new ReadableStream({
     start(c) {
@@ -124,7 +124,9 @@ async function rebuild(chunks) {
     },
   });
   let last;
-  for await (const m of readUIMessageStream({ stream, onError: e => errors.push(e) })) last = m;
+  // message: the client's copy the stream continues (useChat after an
+  // approval answer); undefined rebuilds from empty.
+  for await (const m of readUIMessageStream({ message: message && structuredClone(message), stream, onError: e => errors.push(e) })) last = m;
   return { message: last, errors };
 }
 
@@ -142,8 +144,8 @@ async function send(chatId, messages, opts = {}) {
 
 // check compares the rebuilt response with A2's, and validates the
 // session's messages with the SDK.
-async function check(name, chunks, chatId, { expectErrors = [] } = {}) {
-  const { message, errors } = await rebuild(chunks);
+async function check(name, chunks, chatId, { expectErrors = [], continuing } = {}) {
+  const { message, errors } = await rebuild(chunks, continuing);
   const got = errors.map(e => String(e?.message ?? e));
   for (const e of got) {
     if (!expectErrors.some(x => e.includes(x))) fail(name, `readUIMessageStream reported: ${e}`);
@@ -204,7 +206,8 @@ const scenarios = {
     part.state = 'approval-responded';
     part.approval = { ...part.approval, approved: true };
     const second = await send(chat, [u, answered], { name: 'approval answered' });
-    const { message: done } = await check('approval answered', second, chat);
+    // useChat continues its copy of the response (chat.ts makeRequest).
+    const { message: done } = await check('approval answered', second, chat, { continuing: answered });
     const p = done.parts.find(x => x.toolCallId === part.toolCallId);
     if (p?.state !== 'output-available') fail('approval', `the approved call is ${p?.state}, want output-available`);
   },
