@@ -166,3 +166,14 @@ func TestClientContracts(t *testing.T) {
 		t.Fatalf("hydrated state %+v", d)
 	}
 }
+
+// R-CLIENT-19 OQ-18: a turn that maxSteps failed has nothing to retry.
+func TestRetryActionAfterStepLimit(t *testing.T) {
+	v := NewAIState()
+	v.Active = &Turn{TurnID: "T1", Input: TurnInput{ID: "m1", Role: RoleUser, Generate: true}, Phase: PhaseRunning,
+		ResponseMessageID: "R1", Steps: 1, LastStep: "G1", Failed: true}
+	v.Error = &ErrorInfo{Message: stepLimitMessage, StepLimit: true}
+	if got := (Actions{View: v, NewID: newIDs()}).Retry(); len(got) != 0 {
+		t.Fatalf("retry after a stepLimit failure: %v", got)
+	}
+}

@@ -35,6 +35,7 @@ func TestDefaultThreshold(t *testing.T) {
 		{400000, 150000, 250000},
 		{400000, 50000, 300000},
 		{1000, 5000, 1},
+		{1, 1, 0}, // OQ-24 at its degenerate edge: a one-token window
 	} {
 		if got := DefaultThreshold(tc.window, tc.maxOut); got != tc.want {
 			t.Errorf("DefaultThreshold(%d, %d) = %d, want %d", tc.window, tc.maxOut, got, tc.want)
@@ -50,6 +51,9 @@ func TestDefaultThreshold(t *testing.T) {
 func TestEstimateAndCalibration(t *testing.T) {
 	m := []TranscriptMessage{{ID: "m1", Role: RoleUser, Parts: []Part{{Type: PartText, Text: "hello"}}}}
 	base := EstimateBytes(m, nil, "")
+	if want := int64(len(mustJSON(m[0]))); base != want {
+		t.Fatalf("estimate %d, want the message's %d serialized bytes", base, want)
+	}
 	withMeta := []TranscriptMessage{{ID: "m1", Role: RoleUser, Parts: []Part{{Type: PartText, Text: "hello", ProviderMetadata: json.RawMessage(`{"openai":{"x":1}}`)}}}}
 	if EstimateBytes(withMeta, nil, "") != base {
 		t.Fatal("provider metadata counted in the estimate")
@@ -61,6 +65,9 @@ func TestEstimateAndCalibration(t *testing.T) {
 		t.Fatal("TokensOf rounds up bytes/4")
 	}
 	prev := &Calibration{Model: "m", Bytes: 4000, InputTokens: 1500}
+	if got := CalibratedTokens(4000, "m", prev); got != 1500 {
+		t.Fatalf("an unchanged prompt keeps its calibration: %d", got)
+	}
 	if got := CalibratedTokens(4400, "m", prev); got != 1600 {
 		t.Fatalf("calibrated %d", got)
 	}
@@ -158,6 +165,12 @@ func TestModelContext(t *testing.T) {
 	}
 	if len(msgs[1].Parts) != 3 {
 		t.Fatal("ModelContext changed the transcript")
+	}
+	// R-COMPACT-03: a compaction that opens its response (it ran before
+	// the first step) counts too.
+	first := []TranscriptMessage{msgs[0], {ID: "r1", Role: RoleAssistant, Parts: []Part{{Type: PartCompaction, ID: "g1", Data: done}, {Type: PartText, Text: "answer"}}}}
+	if s, after := ModelContext(first); s != "S" || len(after) != 1 || after[0].ID != "r1" || after[0].Parts[0].Text != "answer" {
+		t.Fatalf("compaction as the first part: %q %+v", s, after)
 	}
 	if s, all := ModelContext(msgs[:1]); s != "" || len(all) != 1 {
 		t.Fatal("no compaction: everything")

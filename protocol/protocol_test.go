@@ -108,6 +108,7 @@ func TestValidateCommandTable(t *testing.T) {
 		{"approval without ids", "c1", `{"action":"approval","approvalId":"a","approved":true}`, Untrusted, "payload.requestId"},
 		{"input without generation", "c1", `{"action":"input","inputId":"i","requestId":"r"}`, Untrusted, "payload.generationId"},
 		{"request-input from browser", "c1", `{"action":"request-input","inputId":"i","requestId":"r","generationId":"g"}`, Untrusted, "payload.action"},
+		{"request-input without generation", "c1", `{"action":"request-input","inputId":"i","requestId":"r"}`, Trusted, "payload.generationId"},
 		{"tool-result from browser", "c1", `{"action":"tool-result","toolCallId":"c","generationId":"g","output":1}`, Untrusted, "payload.action"},
 		{"tool-result without outcome", "c1", `{"action":"tool-result","toolCallId":"c","generationId":"g"}`, Trusted, "payload.output"},
 		{"retry without retryId", "c1", `{"action":"retry","messageId":"m","responseMessageId":"r"}`, Untrusted, "payload.retryId"},
@@ -518,5 +519,21 @@ func TestParsePartialJSON(t *testing.T) {
 	}
 	if _, ok := ParsePartialJSON(`}`); ok {
 		t.Error("a lone closer is not a prefix")
+	}
+}
+
+// OQ-36 R-LOG-09 R-LOG-10: a resubmission is the same content whatever its
+// key order and whitespace; another payload under the same ID is not.
+func TestSameContentCanonical(t *testing.T) {
+	a := Event{ID: "p1", Type: TypeControlRequested, Session: "s1", Payload: json.RawMessage(`{"action":"pause","when":"now"}`)}
+	b := a
+	b.Payload = json.RawMessage(`{ "when": "now", "action": "pause" }`)
+	if !SameContent(a, b) || !SameContent(b, a) {
+		t.Fatal("key order and whitespace must not matter (OQ-36)")
+	}
+	c := a
+	c.Payload = json.RawMessage(`{"action":"pause","when":"after-turn"}`)
+	if SameContent(a, c) {
+		t.Fatal("another payload under the same ID is a conflicting reuse (R-LOG-10)")
 	}
 }

@@ -1,0 +1,47 @@
+// The optimistic overlay's bookkeeping: a receipt retires its command, and
+// an input already confirmed shows once.
+
+package protocol
+
+import "testing"
+
+// R-OPT-09: a receipt retires its command from the overlay.
+func TestOverlayRetiresOnReceipt(t *testing.T) {
+	var o Overlay
+	o.Push(withID(Inputs.Pause(PauseNow), "p1"))
+	o.Observe(Event{ID: "d1", Type: TypeControlDecided, Payload: mustJSON(Decided{CommandID: "p1", Outcome: OutcomeApplied})})
+	if n := len(o.Pending()); n != 0 {
+		t.Fatalf("%d commands pending after their receipt (R-OPT-09)", n)
+	}
+}
+
+// R-OPT-03 R-OPT-04 R-OPT-05: a client that hydrated past a receipt still
+// holds the command pending; the confirmed input shows once.
+func TestOptimisticSkipsConfirmedInputs(t *testing.T) {
+	s := NewAIState()
+	var log []Event
+	drive(t, s, &log, Inputs.Text("m1", "go"))
+	q := Inputs.Text("q1", "queued")
+	drive(t, s, &log, q) // q1 is confirmed at inbox[0]
+	n := 0
+	for _, it := range Optimistic(s, []Event{q}).Inbox.Items {
+		if it.ID == "q1" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("a confirmed queued send shown %d times", n)
+	}
+	turn := s.Active.TurnID
+	st := Inputs.Steer(&turn, UIMessage{ID: "s1", Role: RoleUser, Parts: []Part{{Type: PartText, Text: "steer"}}}, nil)
+	drive(t, s, &log, st) // s1 is confirmed at inbox[0], ahead of q1
+	n = 0
+	for _, m := range Optimistic(s, []Event{st}).Messages {
+		if m.ID == "s1" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("a confirmed steer shown %d times", n)
+	}
+}
