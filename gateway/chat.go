@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -243,21 +242,8 @@ func (g *Gateway) chatStream(w http.ResponseWriter, r *http.Request, agent, sess
 		g.fail(w, r, err)
 		return
 	}
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	h.Set("X-Vercel-AI-UI-Message-Stream", "v1")
-	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 32<<10)
-	flush := func() error {
-		_ = rc.SetWriteDeadline(time.Now().Add(g.opts.WriteTimeout))
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
+	w.Header().Set("X-Vercel-AI-UI-Message-Stream", "v1")
+	bw, flush := g.startSSE(w)
 	write := func(chunks []protocol.UIMessageChunk) {
 		for _, ch := range chunks {
 			b, err := json.Marshal(ch)

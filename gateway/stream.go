@@ -51,21 +51,8 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 32<<10)
-	flush := func() error {
-		_ = rc.SetWriteDeadline(time.Now().Add(g.opts.WriteTimeout))
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	bw, flush := g.startSSE(w)
 	// The retry hint and a first comment make the headers reach the client
 	// at once, before any event exists.
 	_, _ = bw.WriteString("retry: 1000\n: connected\n\n")
@@ -106,6 +93,26 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// startSSE answers 200 with the headers of a server-sent event stream and
+// returns its buffered writer and the flush that writes it out (within the
+// write timeout).
+func (g *Gateway) startSSE(w http.ResponseWriter) (*bufio.Writer, func() error) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	return bw, func() error {
+		_ = rc.SetWriteDeadline(time.Now().Add(g.opts.WriteTimeout))
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return rc.Flush()
 	}
 }
 

@@ -116,18 +116,7 @@ func TestVersion7ShapesRoundTrip(t *testing.T) {
 // the response's parts as JSON.
 func foldChunks(t *testing.T, chunks ...string) string {
 	t.Helper()
-	s := NewAIState()
-	s.Active = &Turn{TurnID: "T1", Input: TurnInput{ID: "m1", Role: RoleUser, Generate: true}, Phase: PhaseRunning}
-	s.foldRequested("Q1", GenerationRequested{ResponseMessageID: "R1", TurnID: "T1"})
-	s.foldStarted(GenerationStarted{GenerationID: "G1", RequestID: "Q1", Attempt: 1})
-	raws := make([]json.RawMessage, len(chunks))
-	for i, c := range chunks {
-		raws[i] = json.RawMessage(c)
-	}
-	if err := s.foldProgress("G1", 0, raws, nil); err != nil {
-		t.Fatal(err)
-	}
-	out, err := json.Marshal(s.message("R1").Parts)
+	out, err := json.Marshal(foldChunksState(t, 0, chunks...).message("R1").Parts)
 	if err != nil {
 		t.Fatal(err)
 	}
