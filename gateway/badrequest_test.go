@@ -107,6 +107,8 @@ func TestBadRequests(t *testing.T) {
 		{"history after negative", "GET", push + "?after=-1", "", nil, 400, gateway.CodeInvalid, "non-negative integer"},
 		{"stream after not a number", "GET", sessionsPath + "s1/stream?after=abc", "", nil, 400, gateway.CodeInvalid, "after"},
 		{"stream Last-Event-ID not a number", "GET", sessionsPath + "s1/stream", "", map[string]string{"Last-Event-ID": "x"}, 400, gateway.CodeInvalid, "Last-Event-ID"},
+		{"stream after past the log's end", "GET", sessionsPath + "s1/stream?after=9999", "", nil, 400, gateway.CodeInvalid, "past the end of the log"},
+		{"stream Last-Event-ID past the log's end", "GET", sessionsPath + "s1/stream", "", map[string]string{"Last-Event-ID": "9999"}, 400, gateway.CodeInvalid, "past the end of the log"},
 	}
 	if len(cases) < 30 {
 		t.Fatalf("only %d cases", len(cases))
@@ -120,6 +122,12 @@ func TestBadRequests(t *testing.T) {
 			e := errorBody(t, b)
 			if e.Code != tc.code || !strings.Contains(e.Message+" "+e.Field, tc.want) {
 				t.Fatalf("error %+v, want code %s naming %q", e, tc.code, tc.want)
+			}
+			// A message is for a person: no Go package names in it.
+			for _, pkg := range []string{"actors:", "persistence:", "protocol:", "cluster:", "gateway:"} {
+				if strings.Contains(e.Message, pkg) {
+					t.Fatalf("error message %q carries the Go package prefix %q", e.Message, pkg)
+				}
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/protocol"
@@ -69,14 +70,14 @@ func classify(err error) *Error {
 	case errors.As(err, &ve):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: ve.Field, Message: ve.Message}
 	case errors.Is(err, actors.ErrUnknownAgent):
-		return errorf(http.StatusNotFound, CodeNotFound, "agent", "%v", err)
+		return errorf(http.StatusNotFound, CodeNotFound, "agent", "%s", plain(err))
 	case errors.Is(err, actors.ErrPartialDuplicateBatch):
 		return errorf(http.StatusConflict, CodePartialDuplicate, "events",
 			"an event ID is already stored with other content, type or session, or the batch mixes stored and new events; nothing was appended (a new event needs a fresh ID)")
 	case errors.Is(err, actors.ErrSessionOwned):
-		return errorf(http.StatusConflict, CodeSessionOwned, "session", "%v; a session ID names one session of the store, which the first agent to write it owns", err)
+		return errorf(http.StatusConflict, CodeSessionOwned, "session", "%s; a session ID names one session of the store, which the first agent to write it owns", plain(err))
 	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrClosed):
-		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "", "%v; retry the same request", err)
+		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "", "%s; retry the same request", plain(err))
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "", "the request timed out; retry the same request")
 	}
@@ -107,4 +108,14 @@ func writeError(w http.ResponseWriter, e *Error) {
 	writeJSON(w, e.Status, struct {
 		Error *Error `json:"error"`
 	}{e})
+}
+
+// plain is an error's message for a person: without the Go package names
+// that prefix the messages of A2's packages ("actors: ", "persistence: ").
+func plain(err error) string {
+	msg := err.Error()
+	for _, pkg := range []string{"actors: ", "persistence: ", "protocol: ", "cluster: ", "gateway: "} {
+		msg = strings.ReplaceAll(msg, pkg, "")
+	}
+	return msg
 }

@@ -44,6 +44,23 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
+	if after > 0 {
+		// A resume point past the log's end would wait for ever for events
+		// it has already "seen": refuse it, with the index to resume from.
+		_, index, err := g.router.State(r.Context(), agent, session)
+		if err != nil {
+			g.fail(w, r, err)
+			return
+		}
+		if after > index {
+			field := "after"
+			if strings.TrimSpace(r.Header.Get("Last-Event-ID")) != "" {
+				field = "Last-Event-ID"
+			}
+			g.fail(w, r, invalid(field, "is %d, past the end of the log (its last event is %d): resume from %d or less", after, index, index))
+			return
+		}
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	events, errc, err := g.router.Subscribe(ctx, agent, session, after)
