@@ -385,6 +385,11 @@ func openStore(ctx context.Context, cfg config, logger *slog.Logger) (store pers
 	if cfg.store == "" {
 		s, err := pebblestore.Open(cfg.data, pebblestore.Options{FS: cfg.fs, Logger: pebbleLogger{logger}})
 		if err != nil {
+			if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
+				// Pebble's lock file: "resource temporarily unavailable"
+				// says nothing to a person.
+				return nil, cfg.data, fmt.Errorf("another node is using the data directory %s (its lock is held): stop that node, or give this one another directory with --data", cfg.data)
+			}
 			return nil, cfg.data, err
 		}
 		return s, cfg.data, nil

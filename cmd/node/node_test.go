@@ -325,3 +325,19 @@ func TestGCDescription(t *testing.T) {
 		}
 	}
 }
+
+// A second node on a data directory another node uses is refused with a
+// message that names the directory and says why (the first hour's trap:
+// Pebble's own error is "resource temporarily unavailable").
+func TestSecondNodeOnTheSameDataDirectory(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(t.TempDir(), "s.json")
+	if err := os.WriteFile(script, []byte(`{"default":{"text":"ok"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startNodeProcess(t, nodeBinary(t), "", script, "--data", dir)
+	out := runUntilExit(t, "a second node on the same --data", "--data", dir, "--script", script)
+	if !strings.Contains(out, "another node is using the data directory "+dir) || strings.Contains(out, "resource temporarily unavailable") {
+		t.Fatalf("the second node said:\n%s", out)
+	}
+}
