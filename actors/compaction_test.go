@@ -129,6 +129,23 @@ func TestCompactionKeepsPromptsBounded(t *testing.T) {
 	if toolRuns != turns {
 		t.Fatalf("tools ran %d times for %d turns: the summary request must run none", toolRuns, turns)
 	}
+	// R-COMPACT-12: the summary request is A2's instruction plus the
+	// configured one, under the agent's own instructions. R-COMPACT-30:
+	// the completed part carries the summary request's usage.
+	for i, req := range m.reqs {
+		if m.kinds[i] != "summary" {
+			continue
+		}
+		last := req.Messages[len(req.Messages)-1]
+		if got := last.Content[0].Text; got != protocol.SummaryInstructions+"\n\n"+"Keep numbers." {
+			t.Fatalf("summary request %d asks %q", i, got)
+		}
+	}
+	for _, d := range compactionParts(st.AI) {
+		if d.Status == protocol.CompactionStatusCompleted && (d.Usage == nil || d.Usage.InputTokens == 0) {
+			t.Fatalf("a completed compaction part has no usage: %+v", d)
+		}
+	}
 }
 
 // R-COMPACT-13 R-COMPACT-14: a compaction resolver runs once per

@@ -206,3 +206,20 @@ func TestAStoreThatRefusesTheLeaseRefusesTheActivation(t *testing.T) {
 		t.Fatalf("the lease after the activation: %+v %v %v", l, found, err)
 	}
 }
+
+// The lease options' defaults, as docs/cluster.md says: a TTL of 2 s, and
+// a renewal every quarter of it unless a shorter one is set.
+func TestLeaseOptionsDefaults(t *testing.T) {
+	for _, tc := range []struct{ ttl, renew, wantTTL, wantRenew time.Duration }{
+		{0, 0, 2 * time.Second, 500 * time.Millisecond},
+		{400 * time.Millisecond, 0, 400 * time.Millisecond, 100 * time.Millisecond},
+		{400 * time.Millisecond, 50 * time.Millisecond, 400 * time.Millisecond, 50 * time.Millisecond},
+		{400 * time.Millisecond, 400 * time.Millisecond, 400 * time.Millisecond, 100 * time.Millisecond},
+		{400 * time.Millisecond, time.Second, 400 * time.Millisecond, 100 * time.Millisecond},
+	} {
+		got := LeaseOptions{TTL: tc.ttl, Renew: tc.renew}.withDefaults()
+		if got.TTL != tc.wantTTL || got.Renew != tc.wantRenew {
+			t.Errorf("TTL %s, Renew %s: got %s/%s, want %s/%s", tc.ttl, tc.renew, got.TTL, got.Renew, tc.wantTTL, tc.wantRenew)
+		}
+	}
+}
