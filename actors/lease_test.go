@@ -223,3 +223,49 @@ func TestLeaseOptionsDefaults(t *testing.T) {
 		}
 	}
 }
+
+// docs/cluster.md Leases: a session gives its lease up when it stops, so
+// that the next owner takes it at once, not after the TTL.
+func TestAStoppedSessionGivesItsLeaseUp(t *testing.T) {
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem(), Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	start := func(owner string) *Runtime {
+		sc, _ := script.Parse([]byte(`{"default":{"text":"ok"}}`))
+		model := script.New(sc)
+		a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
+			Models: func(string) (harness.Model, error) { return model, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A TTL far longer than the test: only a release lets b in.
+		rt, err := New(st, []*Agent{a}, Options{Lease: LeaseOptions{Owner: owner, TTL: time.Minute, Renew: time.Second}, SkipRecovery: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rt.Close)
+		return rt
+	}
+	a, b := start("a"), start("b")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := a.Push(ctx, "assistant", "s", []protocol.Event{protocol.Inputs.Text("m1", "hi")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok, err := st.ReadLease(ctx, "s"); err != nil || !ok || l.Owner != "a" {
+		t.Fatalf("lease %+v %v %v, want a's", l, ok, err)
+	}
+	if err := a.Release(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShort()
+	if _, err := b.Push(short, "assistant", "s", []protocol.Event{protocol.Inputs.Text("m2", "hello")}, false); err != nil {
+		t.Fatalf("the next owner was refused after the release: %v", err)
+	}
+	if l, _, err := st.ReadLease(ctx, "s"); err != nil || l.Owner != "b" {
+		t.Fatalf("lease %+v %v, want b's", l, err)
+	}
+}

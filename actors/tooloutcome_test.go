@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,6 +138,9 @@ func TestPreliminaryOutputsAndRerunAttempts(t *testing.T) {
 		attempts = append(attempts, hc.Attempt)
 		mu.Unlock()
 		hc.Preliminary(json.RawMessage(fmt.Sprintf(`{"attempt":%d,"progress":0.5}`, hc.Attempt)))
+		if hc.Attempt == 2 {
+			hc.Preliminary(json.RawMessage(`{"attempt":2,"progress":0.9}`))
+		}
 		if hc.Attempt == 1 {
 			<-ctx.Done() // cut short by Pause now
 			return nil, ctx.Err()
@@ -167,7 +171,7 @@ func TestPreliminaryOutputsAndRerunAttempts(t *testing.T) {
 		t.Fatalf("attempts %v, want a fresh context per attempt: [1 2]", attempts)
 	}
 	evs, _ := f.store.Read(context.Background(), "s1", 0, 1000)
-	var prelims []string
+	var prelims, seqs []string
 	for _, ev := range evs {
 		if ev.Type == protocol.TypeToolOutputPreliminary {
 			var p protocol.ToolOutputPreliminary
@@ -176,10 +180,15 @@ func TestPreliminaryOutputsAndRerunAttempts(t *testing.T) {
 				t.Fatalf("preliminary for %q", p.ToolCallID)
 			}
 			prelims = append(prelims, string(p.Output))
+			seqs = append(seqs, fmt.Sprintf("%d.%d", p.Attempt, p.Seq))
 		}
 	}
-	if len(prelims) != 2 || prelims[0] == prelims[1] {
+	if len(prelims) != 3 || prelims[0] == prelims[1] {
 		t.Fatalf("preliminary outputs %v: each attempt streams its own under the same call", prelims)
+	}
+	// Seq orders the outputs of one attempt, from 1 (R-PROGRESS-07).
+	if strings.Join(seqs, " ") != "1.1 2.1 2.2" {
+		t.Fatalf("preliminary attempt.seq %v, want 1.1 2.1 2.2", seqs)
 	}
 	for _, p := range st.Messages[1].Parts {
 		if p.ToolCallID == "b1" && (p.State != protocol.ToolOutputAvailable || string(p.Output) != `{"built":true}` || (p.Preliminary != nil && *p.Preliminary)) {
