@@ -10,7 +10,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
 )
@@ -63,5 +65,37 @@ func TestLaneRecordsAttemptFinishAndOutputs(t *testing.T) {
 		if p.ToolCallID == "n1" && (p.State != protocol.ToolOutputAvailable || string(p.Output) != "null") {
 			t.Errorf("the noop part %+v, want output-available with output null", p)
 		}
+	}
+}
+
+// ctxErrModel streams nothing and, when its context ends, returns
+// ctx.Err() (as HTTP providers do), not the context's cause.
+type ctxErrModel struct{}
+
+type ctxErrStream struct{ ctx context.Context }
+
+func (ctxErrModel) Stream(ctx context.Context, _ harness.Request) (harness.Stream, error) {
+	return ctxErrStream{ctx}, nil
+}
+
+func (s ctxErrStream) Next() (protocol.UIMessageChunk, error) {
+	<-s.ctx.Done()
+	return protocol.UIMessageChunk{}, s.ctx.Err()
+}
+
+func (ctxErrStream) Close() error { return nil }
+
+// R-TOOL-09, docs/providers.md: a step that runs out of its StepTimeout
+// fails with the timeout's message, also when the model reports only
+// "context deadline exceeded".
+func TestStepTimeoutNamesItself(t *testing.T) {
+	f := newFixture(t, `{}`, func(a *AgentOptions) {
+		a.Models = func(string) (harness.Model, error) { return ctxErrModel{}, nil }
+		a.Harness.StepTimeout = 200 * time.Millisecond
+	})
+	f.push("s1", protocol.Inputs.Text("m1", "hi"))
+	st := f.waitFor("s1", "the timeout", func(s *protocol.AIState) bool { return s.Status == protocol.StatusFailed })
+	if st.Error == nil || !strings.Contains(st.Error.Message, "the model step timed out after 200ms") {
+		t.Fatalf("error %+v, want the step timeout's message", st.Error)
 	}
 }
