@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -259,47 +258,18 @@ func (g *Gateway) chatStream(w http.ResponseWriter, r *http.Request, agent, sess
 	if flush() != nil {
 		return
 	}
-	heartbeat := time.NewTicker(g.opts.HeartbeatInterval)
-	defer heartbeat.Stop()
-	for !done {
-		select {
-		case ev, ok := <-events:
-			for more := true; more && !done; {
-				if !ok {
-					select {
-					case err := <-errc:
-						if err != nil {
-							write([]protocol.UIMessageChunk{{Type: protocol.ChunkError, ErrorText: classify(err).Message}})
-						}
-					default:
-					}
-					_ = flush()
-					return
-				}
-				if err := protocol.Fold(s, ev); err != nil {
-					g.opts.Logger.Warn("gateway: a chat stream cannot fold an event", "session", session, "index", ev.Index, "err", err)
-				}
-				done = c.step(s, &ev, write)
-				select {
-				case ev, ok = <-events:
-				default:
-					more = false
-				}
+	if !done {
+		done = g.pump(ctx, events, errc, bw, flush, func(ev protocol.Event) bool {
+			if err := protocol.Fold(s, ev); err != nil {
+				g.opts.Logger.Warn("gateway: a chat stream cannot fold an event", "session", session, "index", ev.Index, "err", err)
 			}
-			if flush() != nil {
-				return
-			}
-			heartbeat.Reset(g.opts.HeartbeatInterval)
-		case <-heartbeat.C:
-			_, _ = bw.WriteString(": ping\n\n")
-			if flush() != nil {
-				return
-			}
-		case <-g.done:
-			return
-		case <-ctx.Done():
-			return
-		}
+			return c.step(s, &ev, write)
+		}, func(err error) {
+			write([]protocol.UIMessageChunk{{Type: protocol.ChunkError, ErrorText: classify(err).Message}})
+		})
+	}
+	if !done {
+		return
 	}
 	bw.WriteString("data: [DONE]\n\n")
 	_ = flush()

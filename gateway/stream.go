@@ -76,41 +76,14 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 	if flush() != nil {
 		return
 	}
-	heartbeat := time.NewTicker(g.opts.HeartbeatInterval)
-	defer heartbeat.Stop()
 	var buf []byte // writeSSE's scratch
-	for {
-		select {
-		case ev, ok := <-events:
-			// Flush per batch: write this event and every one already
-			// there, then flush once.
-			for more := true; more; {
-				if !ok {
-					g.endStream(bw, errc, flush)
-					return
-				}
-				buf = writeSSE(bw, ev, buf)
-				select {
-				case ev, ok = <-events:
-				default:
-					more = false
-				}
-			}
-			if flush() != nil {
-				return
-			}
-			heartbeat.Reset(g.opts.HeartbeatInterval)
-		case <-heartbeat.C:
-			_, _ = bw.WriteString(": ping\n\n")
-			if flush() != nil {
-				return
-			}
-		case <-g.done:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
+	g.pump(ctx, events, errc, bw, flush, func(ev protocol.Event) bool {
+		buf = writeSSE(bw, ev, buf)
+		return false
+	}, func(err error) {
+		g.opts.Logger.Warn("gateway: a stream's subscription failed", "err", err)
+		_, _ = bw.WriteString(": error " + oneLine(classify(err).Message) + "\n\n")
+	})
 }
 
 // startSSE answers 200 with the headers of a server-sent event stream and
@@ -133,17 +106,54 @@ func (g *Gateway) startSSE(w http.ResponseWriter) (*bufio.Writer, func() error) 
 	}
 }
 
-// endStream reports why the subscription ended, when it failed.
-func (g *Gateway) endStream(bw *bufio.Writer, errc <-chan error, flush func() error) {
-	select {
-	case err := <-errc:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			g.opts.Logger.Warn("gateway: a stream's subscription failed", "err", err)
-			_, _ = bw.WriteString(": error " + oneLine(classify(err).Message) + "\n\n")
+// pump feeds a subscription's events to each, a batch at a time: every
+// event already there, then one flush; a ": ping" comment keeps an idle
+// stream alive. It returns true once each reports it is done, false when
+// the client, the gateway or the subscription ends the stream first; a
+// subscription that failed is reported to failed (not a cancellation).
+func (g *Gateway) pump(ctx context.Context, events <-chan protocol.Event, errc <-chan error, bw *bufio.Writer, flush func() error,
+	each func(protocol.Event) bool, failed func(error)) bool {
+	heartbeat := time.NewTicker(g.opts.HeartbeatInterval)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case ev, ok := <-events:
+			for more := true; more; {
+				if !ok {
+					select {
+					case err := <-errc:
+						if err != nil && !errors.Is(err, context.Canceled) {
+							failed(err)
+						}
+					default:
+					}
+					_ = flush()
+					return false
+				}
+				if each(ev) {
+					return true
+				}
+				select {
+				case ev, ok = <-events:
+				default:
+					more = false
+				}
+			}
+			if flush() != nil {
+				return false
+			}
+			heartbeat.Reset(g.opts.HeartbeatInterval)
+		case <-heartbeat.C:
+			_, _ = bw.WriteString(": ping\n\n")
+			if flush() != nil {
+				return false
+			}
+		case <-g.done:
+			return false
+		case <-ctx.Done():
+			return false
 		}
-	default:
 	}
-	_ = flush()
 }
 
 // writeSSE writes one log event as an SSE event. buf is scratch space for
