@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/a2-runtime/a2/internal/testutil"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/telemetry/telemetrytest"
 )
 
 // stampModel streams one step of text whose deltas carry the time they
@@ -205,11 +207,12 @@ func benchProgress(b *testing.B, streams, burst int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rt, err := New(cs, []*Agent{a}, Options{SnapshotEvery: -1})
+	rt, err := New(cs, []*Agent{a}, benchOptions(b, Options{SnapshotEvery: -1}))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() { rt.Close(); _ = st.Close() }()
+	cpu0 := processCPU()
 	var (
 		mu             sync.Mutex
 		all            = make([]time.Duration, 0, b.N*streams*benchDeltas)
@@ -297,6 +300,7 @@ func benchProgress(b *testing.B, streams, burst int) {
 	// the p99 meets the bound only while this stays under 1%.
 	over := len(all) - sort.Search(len(all), func(i int) bool { return all[i] > 20*fsync })
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(chunks), "cpu-us/chunk")
 	b.ReportMetric(float64(chunks)/float64(events), "chunks/event")
 	b.ReportMetric(float64(writes)/elapsed.Seconds(), "writes/s")
 	b.ReportMetric(ms(p50), "p50-ms")
@@ -362,7 +366,7 @@ func BenchmarkSimpleTurn(b *testing.B) {
 	sc, _ := script.Parse([]byte(`{"default":{"text":"a short answer of a few words"}}`))
 	model := script.New(sc)
 	a, _ := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: func(string) (harness.Model, error) { return model, nil }})
-	rt, _ := New(cs, []*Agent{a}, Options{SnapshotEvery: -1})
+	rt, _ := New(cs, []*Agent{a}, benchOptions(b, Options{SnapshotEvery: -1}))
 	defer func() { rt.Close(); _ = st.Close() }()
 	ctx := context.Background()
 	turn := func(session, id string, messages int) int64 {
@@ -382,12 +386,14 @@ func BenchmarkSimpleTurn(b *testing.B) {
 		}
 	}
 	b.ResetTimer()
+	cpu0 := processCPU()
 	var first, next int64
 	for i := 0; i < b.N; i++ {
 		session := "turn-" + strconv.Itoa(i)
 		first += turn(session, "m1-"+session, 2)
 		next += turn(session, "m2-"+session, 4)
 	}
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(2*b.N), "cpu-us/turn")
 	b.ReportMetric(float64(first)/float64(b.N), "writes/first-turn")
 	b.ReportMetric(float64(next)/float64(b.N), "writes/turn")
 }
@@ -548,4 +554,27 @@ func BenchmarkStartupWithAMillionIdleSessions(b *testing.B) {
 		b.ReportMetric(float64(elapsed.Microseconds())/1000, "start-ms")
 		b.StartTimer()
 	}
+}
+
+// benchOptions turns telemetry on for a benchmark when A2_BENCH_TELEMETRY
+// is "on": every trace recorded and every metric aggregated, protoactor's
+// included, exported in process to exporters that drop them
+// (telemetrytest.InstallDiscarding). Reported as telemetry (1 on, 0 off).
+func benchOptions(b *testing.B, o Options) Options {
+	if os.Getenv("A2_BENCH_TELEMETRY") == "on" {
+		o.Meter = telemetrytest.InstallDiscarding(b)
+		b.ReportMetric(1, "telemetry")
+		return o
+	}
+	b.ReportMetric(0, "telemetry")
+	return o
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

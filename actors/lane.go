@@ -9,12 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/telemetry"
 )
 
 // Abort causes carried by a lane's context (context.Cause).
@@ -47,6 +50,11 @@ type lane struct {
 	next     int                         // index of the next chunk to write
 	boundary bool
 	end      *laneEnd
+	// span is the attempt's span (nil without a trace), began its start,
+	// cancelCause why the actor cancelled it.
+	span        trace.Span
+	began       time.Time
+	cancelCause error
 }
 
 type laneStarted struct {
@@ -158,6 +166,7 @@ func (s *sessionActor) reconcile() {
 		case s.state.AI.TerminalGenerations[id] == protocol.GenSuperseded:
 			cause = ErrSuperseded
 		}
+		l.cancelCause = cause
 		s.ctx.Send(l.pid, &cancelLane{cause: cause})
 		s.rt.opts.Logger.Debug("lane cancelled", "session", s.id, "generation", id, "cause", cause)
 	}
@@ -201,7 +210,8 @@ func mustJSON(v any) json.RawMessage {
 func (s *sessionActor) startLane(w protocol.Work) {
 	attempt := w.Attempt + 1
 	gen := protocol.GenerationIDFor(w.RequestID, attempt)
-	l := &lane{gen: gen, request: w.RequestID, attempt: attempt}
+	l := &lane{gen: gen, request: w.RequestID, attempt: attempt, began: time.Now()}
+	l.span = s.generationSpan(w, l)
 	// The step's frontier: a copy of the state that the actor's later folds
 	// do not touch. ReadCopy copies the parts of the active response only,
 	// the one message folds change in place; the rest of the transcript is
@@ -216,12 +226,13 @@ func (s *sessionActor) startLane(w protocol.Work) {
 		ai:       snap,
 		index:    s.index,
 		store:    s.store,
+		span:     l.span,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }, stopCause: s.childStopCause}
 	}, actor.WithDispatcher(s.rt.dispatcher))
 	l.pid = s.ctx.Spawn(props)
-	s.rt.opts.Logger.Debug("lane started", "session", s.id, "request", w.RequestID, "generation", gen, "attempt", attempt)
+	s.rt.opts.Logger.DebugContext(spanContext(l.span), "lane started", "session", s.id, "request", w.RequestID, "generation", gen, "attempt", attempt)
 	s.lanes[gen] = l
 }
 
@@ -258,11 +269,17 @@ func (s *sessionActor) onLane(m any) {
 		}
 	case *laneEnd:
 		l := s.lanes[m.gen]
-		s.rt.opts.Logger.Debug("lane ended", "session", s.id, "generation", m.gen, "known", l != nil, "aborted", m.aborted, "failure", m.failure)
+		s.rt.opts.Logger.DebugContext(spanContext(laneSpan(l)), "lane ended", "session", s.id, "generation", m.gen, "known", l != nil, "aborted", m.aborted, "failure", m.failure)
 		if l == nil {
 			return
 		}
 		if m.aborted {
+			cause := l.cancelCause
+			if cause == nil {
+				cause = s.childStopCause()
+			}
+			o, reason := abortOutcome(cause)
+			endGeneration(l, o, reason, "")
 			s.ctx.Stop(l.pid)
 			delete(s.lanes, m.gen)
 			s.reconcile()
@@ -285,6 +302,9 @@ func (s *sessionActor) laneEvents() []protocol.Event {
 	var out []protocol.Event
 	max := s.agent.progress.MaxChunks
 	for gen, l := range s.lanes {
+		if l.span != nil && (l.startedEv != nil || len(l.pre) > 0 || len(l.chunks) > 0 || l.end != nil) {
+			s.trace.writeCauses = append(s.trace.writeCauses, l.span.SpanContext())
+		}
 		if l.startedEv != nil {
 			l.startedEv.Cause = l.request
 			out = append(out, *l.startedEv)
@@ -304,6 +324,7 @@ func (s *sessionActor) laneEvents() []protocol.Event {
 				panic("actors: marshal " + err.Error()) // chunks always marshal, as in mustJSON
 			}
 			out = append(out, ev)
+			telemetry.Metrics().ChunksPerEvent.Record(context.Background(), int64(n))
 			l.next += n
 			l.chunks = l.chunks[n:]
 		}
@@ -318,6 +339,11 @@ func (s *sessionActor) laneEvents() []protocol.Event {
 				out = append(out, protocol.Event{ID: protocol.DeriveID("completed", s.id, gen), Type: protocol.TypeGenerationCompleted,
 					Payload: mustJSON(protocol.GenerationCompleted{GenerationID: gen, Usage: e.usage, FinishReason: e.finishReason,
 						InputTokenEstimate: e.estimate, InputBytes: e.bytes}), Cause: l.request})
+			}
+			if e.failure != "" {
+				endGeneration(l, "failed", "", e.failure)
+			} else {
+				endGeneration(l, "completed", "", "")
 			}
 			s.ctx.Stop(l.pid)
 			delete(s.lanes, gen)
@@ -343,6 +369,9 @@ type laneInput struct {
 	index uint64
 	// store serves reads through other reducers (frontier.Reducer).
 	store persistence.Store
+	// span is the attempt's span, the parent of its model calls (nil
+	// without a trace).
+	span trace.Span
 }
 
 // runLane runs one model step (R-GEN-01): resolve the model and settings,
@@ -352,6 +381,9 @@ type laneInput struct {
 // cancelled context ends quietly.
 func runLane(ctx context.Context, in laneInput, send func(any)) {
 	a := in.agent.opts
+	if in.span != nil {
+		ctx = trace.ContextWithSpan(ctx, in.span)
+	}
 	// Callbacks see the prompt messages, already compacted (R-GEN-12).
 	rc := harness.ResolverContext{Event: in.request, Messages: promptMessages(in.gen, in.messages), State: in.app}
 	if in.ai != nil {
@@ -479,6 +511,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	gc.Messages = promptMessages(in.gen, messages) // this step's compaction included (R-GEN-29)
 	metadata := a.Harness.MessageMetadata
 	var stream harness.Stream
+	stepCtx, call := startModelCall(stepCtx, settings.Model, in.session)
 	if generate := a.Harness.Generate; generate != nil {
 		metadata = nil // the default generator's only (R-GEN-28)
 		g := gc
@@ -490,6 +523,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		stream, err = model.Stream(stepCtx, req)
 	}
 	if err != nil {
+		call.end(nil, "", err)
 		end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 		return
 	}
@@ -512,9 +546,11 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		}
 		if err != nil {
 			flush()
+			call.end(result.usage, "", err)
 			end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 			return
 		}
+		call.chunk()
 		usage := harness.TakeUsage(&c)
 		if usage != nil {
 			result.usage = usage
@@ -524,6 +560,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		}
 		if err := checkChunk(a.Harness.Generate != nil, in.response, metadata, gc, &c, usage); err != nil {
 			flush()
+			call.end(result.usage, result.finishReason, err)
 			end(&laneEnd{gen: in.gen, failure: err.Error()})
 			return
 		}
@@ -533,6 +570,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		}
 	}
 	flush()
+	call.end(result.usage, result.finishReason, nil)
 	end(result)
 }
 
@@ -667,7 +705,7 @@ func appendChecked(out []protocol.UIMessageChunk, in laneInput, gs harness.Gener
 // records ai.compaction.completed. An empty summary or a summary tool call
 // fails the generation (R-COMPACT-08). It returns the summary and whether
 // a compaction happened.
-func compact(ctx context.Context, in laneInput, model harness.Model, req harness.Request, modelID string, bytes int64, send func(any), rc harness.ResolverContext, choice CompactionChoice, compactable bool) (string, bool, error) {
+func compact(ctx context.Context, in laneInput, model harness.Model, req harness.Request, modelID string, bytes int64, send func(any), rc harness.ResolverContext, choice CompactionChoice, compactable bool) (summary string, _ bool, err error) {
 	if !compactable {
 		return "", false, nil // a custom generate compacts only when asked to (R-GEN-30)
 	}
@@ -699,6 +737,8 @@ func compact(ctx context.Context, in laneInput, model harness.Model, req harness
 		return "", false, nil
 	}
 	estimate := protocol.TokensOf(bytes)
+	ctx, span := compactionSpan(ctx, in, tokens, threshold)
+	defer func() { endCompaction(span, summary, err) }()
 	send(&laneEvent{gen: in.gen, ev: protocol.Event{ID: protocol.DeriveID("compaction", in.session, in.gen), Type: protocol.TypeCompactionRequested,
 		Payload: mustJSON(protocol.CompactionRequested{GenerationID: in.gen, ResponseMessageID: in.response,
 			InputTokenEstimate: &estimate, InputTokens: &tokens, ThresholdTokens: &threshold})}})
@@ -712,32 +752,42 @@ func compact(ctx context.Context, in laneInput, model harness.Model, req harness
 	sreq := req
 	sreq.Messages = append(append([]harness.ModelMessage(nil), req.Messages...),
 		harness.ModelMessage{Role: harness.ModelRoleUser, Content: []harness.ContentPart{{Type: harness.ContentText, Text: instruction}}})
-	stream, err := model.Stream(ctx, sreq)
+	cctx, call := startModelCall(ctx, modelID, in.session)
+	stream, err := model.Stream(cctx, sreq)
 	if err != nil {
+		call.end(nil, "", err)
 		return "", false, err
 	}
 	defer stream.Close()
 	var b strings.Builder
 	var usage *protocol.Usage
+	var finish string
 	for {
 		c, err := stream.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
+			call.end(usage, "", err)
 			return "", false, err
 		}
+		call.chunk()
 		if u := harness.TakeUsage(&c); u != nil {
 			usage = u
 		}
 		switch c.Type {
 		case protocol.ChunkTextDelta:
 			b.WriteString(c.Delta)
+		case protocol.ChunkFinish:
+			finish = c.FinishReason
 		case protocol.ChunkToolInputStart, protocol.ChunkToolInputAvailable:
-			return "", false, errors.New("compaction: the summary request called a tool")
+			err := errors.New("compaction: the summary request called a tool")
+			call.end(usage, finish, err)
+			return "", false, err
 		}
 	}
-	summary := strings.TrimSpace(b.String())
+	call.end(usage, finish, nil)
+	summary = strings.TrimSpace(b.String())
 	if summary == "" {
 		return "", false, errors.New("compaction: the summary is empty")
 	}

@@ -104,6 +104,11 @@ func TestLeaseFencesAndAbortsTheMemberThatLostIt(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The tool's goroutine sees the cancellation on its own schedule, after
+	// or before the actor is gone: wait for it (bounded by ctx).
+	for aborted.Load() == nil && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if cause, _ := aborted.Load().(error); !errors.Is(cause, errLeaseLost) {
 		t.Fatalf("A's tool call ended with %v, want the lease's loss", cause)
 	}

@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/a2-runtime/a2/actors/sessionpb"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/telemetry"
 )
 
 // Options configure a Runtime.
@@ -54,6 +57,10 @@ type Options struct {
 	// Lease turns on session leases (lease.go) with a store that keeps
 	// them: a cluster member's runtime names itself with its member ID.
 	Lease LeaseOptions
+	// Meter, when set, receives protoactor's own actor metrics (mailbox,
+	// spawns, message latency); nil leaves them off. A2's metrics go to
+	// the global meter provider either way (package telemetry).
+	Meter metric.MeterProvider
 }
 
 func (o Options) withDefaults() Options {
@@ -133,7 +140,11 @@ func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, erro
 		r.agents[a.Name()] = a
 	}
 	logger := opts.Logger
-	r.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	sysOpts := []actor.ConfigOption{actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger })}
+	if r.opts.Meter != nil {
+		sysOpts = append(sysOpts, actor.WithMetricProviders(r.opts.Meter))
+	}
+	r.system = actor.NewActorSystem(sysOpts...)
 	r.recovered = make(chan struct{})
 	if opts.SkipRecovery {
 		close(r.recovered)
@@ -372,18 +383,26 @@ func (r *Runtime) Push(ctx context.Context, agentName, session string, events []
 		}
 		seen[ev.ID] = true
 	}
-	req := &sessionpb.PushRequest{Agent: agentName, Session: session, Trusted: trusted}
+	ctx, span := telemetry.Start(ctx, telemetry.SpanPush)
+	defer span.End()
+	req := &sessionpb.PushRequest{Agent: agentName, Session: session, Trusted: trusted, Trace: telemetry.Inject(ctx)}
 	for _, ev := range events {
 		ev.Session = session
 		req.Events = append(req.Events, toPB(ev))
 	}
 	res, err := r.request(ctx, a, session, req)
 	if err != nil {
+		telemetry.Fail(span, CodeOf(err), err)
 		return nil, err
 	}
 	resp := res.(*sessionpb.PushResponse)
 	if resp.Error != nil {
-		return nil, fromPBError(resp.Error)
+		err := fromPBError(resp.Error)
+		telemetry.Fail(span, resp.Error.Code, err)
+		return nil, err
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String(telemetry.GenAIConversationID, session), attribute.Int(telemetry.AttrEventCount, len(events)))
 	}
 	return fromPBs(resp.Events), nil
 }
@@ -516,7 +535,10 @@ func storeUnavailable(ctx context.Context, err error) error {
 // relay moves tail's events to out until ctx ends or the tail fails (its
 // error then goes to errc), and closes out and the tail.
 func relay(ctx context.Context, tail persistence.Tail, out chan protocol.Event, errc chan error) (<-chan protocol.Event, <-chan error) {
+	live := telemetry.Metrics().SubscribersLive
+	live.Add(ctx, 1)
 	go func() {
+		defer live.Add(context.Background(), -1)
 		defer close(out)
 		defer tail.Close()
 		for {
@@ -894,4 +916,13 @@ func fromPBError(e *sessionpb.Error) error {
 		return fmt.Errorf("%w: %s", ErrSessionOwned, strings.TrimPrefix(e.Message, ErrSessionOwned.Error()+": "))
 	}
 	return errors.New(e.Message)
+}
+
+// CodeOf is the wire code of an error of the runtime's API ("" for nil):
+// what telemetry records as error.type.
+func CodeOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	return toPBError(err).Code
 }

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/a2-runtime/a2/actors/sessionpb"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/telemetry"
 )
 
 // sessionActor is the single writer of one session log.
@@ -109,12 +111,17 @@ type sessionActor struct {
 	// waiting for a request (R-GEN-17).
 	failed    bool
 	wroteOnce bool
+
+	// trace is the session's trace bookkeeping (trace.go).
+	trace sessionTrace
 }
 
 // pendingPush is a push waiting for its batch to be durable.
 type pendingPush struct {
 	events []protocol.Event
 	reply  *actor.PID
+	// span is the push's admit span (nil without a trace).
+	span trace.Span
 }
 
 // stoppingReply answers a request that reached a session while it stops;
@@ -152,7 +159,11 @@ func (s *sessionActor) Receive(c actor.Context) {
 	case *actor.Started:
 		s.self = c.Self()
 		s.lanes = map[string]*lane{}
-		if err := s.activate(); err != nil {
+		telemetry.Metrics().SessionsActive.Add(context.Background(), 1)
+		began := time.Now()
+		err := s.activate()
+		telemetry.Metrics().Activation.Record(context.Background(), time.Since(began).Seconds())
+		if err != nil {
 			if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrLeaseHeld) {
 				s.broken = err
 			} else {
@@ -237,6 +248,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 			return
 		}
 		if s.idle() {
+			telemetry.Metrics().Passivations.Add(context.Background(), 1)
 			s.stop() // passivate: the next request activates it from the store
 		}
 	case *recoverProbe:
@@ -255,11 +267,18 @@ func (s *sessionActor) Receive(c actor.Context) {
 		// step's context (laneActor, on Stopping).
 		for _, r := range s.toolRuns {
 			s.cancelRun(r, cause)
+			endTool(r, "aborted", nil, nil)
 		}
+		for _, l := range s.lanes {
+			o, reason := abortOutcome(s.childStopCause())
+			endGeneration(l, o, reason, "")
+		}
+		s.endTurn("session stopped")
 		if s.stopHandlers != nil {
 			s.stopHandlers(cause)
 		}
 		for _, p := range append(s.queue, s.inflight...) {
+			endAdmit(p, nil, nil)
 			c.Send(p.reply, &stoppingReply{})
 		}
 		for _, w := range s.waiters {
@@ -267,6 +286,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 		}
 		s.queue, s.inflight, s.waiters = nil, nil, nil
 	case *actor.Stopped:
+		telemetry.Metrics().SessionsActive.Add(context.Background(), -1)
 		s.releaseLease()
 		s.rt.forget(s.agent.Name(), s.id, s.self)
 		s.rt.stopped(s.self)
@@ -470,7 +490,7 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 			}
 		}
 	}
-	s.queue = append(s.queue, &pendingPush{events: events, reply: c.Sender()})
+	s.queue = append(s.queue, &pendingPush{events: events, reply: c.Sender(), span: s.admitSpan(m, events)})
 	s.flushSoon()
 }
 
@@ -563,7 +583,9 @@ func (s *sessionActor) tryFlush() {
 	// it goes into the store's work index with it.
 	work := s.hasWork()
 	opts := persistence.AppendOptions{Work: &work, Epoch: s.lease.Epoch}
+	span, began, n := s.writeSpan(pushes, batch), time.Now(), len(batch)
 	done := func(stored []protocol.Event, err error) {
+		endWrite(span, began, n, stored, err)
 		if err != nil && logger.Enabled(context.Background(), slog.LevelDebug) {
 			ids := make([]string, len(batch))
 			for i, ev := range batch {
@@ -635,6 +657,7 @@ func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
 	pushes := s.queue
 	s.queue = nil
 	for _, p := range pushes {
+		start := len(batch)
 		for _, ev := range p.events {
 			ev.Session = s.id
 			if ev.Type == protocol.TypeControlRequested {
@@ -651,6 +674,9 @@ func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
 		}
 		if err := step(); err != nil {
 			return nil, pushes, err
+		}
+		if p.span != nil {
+			s.traceDecided(p, batch[start:])
 		}
 	}
 	if err := add(s.laneEvents()...); err != nil {
@@ -698,6 +724,7 @@ func (s *sessionActor) onWriteDone(m *writeDone) {
 		return
 	}
 	s.reconcile()
+	s.traceTurns()
 	s.flushSoon()
 }
 
@@ -709,11 +736,16 @@ func (s *sessionActor) replyPushes(pushes []*pendingPush, stored []protocol.Even
 	}
 	for _, p := range pushes {
 		resp := &sessionpb.PushResponse{}
+		var mine []protocol.Event
 		for _, ev := range p.events {
 			if st, ok := byID[ev.ID]; ok {
 				resp.Events = append(resp.Events, toPB(st))
+				if p.span != nil {
+					mine = append(mine, st)
+				}
 			}
 		}
+		endAdmit(p, mine, nil)
 		s.ctx.Send(p.reply, resp)
 	}
 }
@@ -731,6 +763,7 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 		s.stopCause = errLeaseLost
 		s.lostLease.Store(true)
 		for _, p := range pushes {
+			endAdmit(p, nil, ErrMoved)
 			s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: toPBError(ErrMoved)})
 		}
 		s.stop()
@@ -754,6 +787,7 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 		}
 	}
 	for _, p := range pushes {
+		endAdmit(p, nil, code)
 		s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: toPBError(code)})
 	}
 	s.failed = !notOwner

@@ -3,10 +3,13 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
@@ -27,6 +30,10 @@ type toolRun struct {
 	executing bool
 	seq       int // preliminary outputs sent
 	pid       *actor.PID
+	// span is the attempt's execute_tool span (nil without a trace), began
+	// when it started executing.
+	span  trace.Span
+	began time.Time
 }
 
 // toolPreliminary is a preliminary output a running attempt streams.
@@ -150,6 +157,9 @@ func (s *sessionActor) claim(w protocol.Work) {
 		Payload: mustJSON(protocol.ToolExecutionRequested{ToolCallID: w.ToolCallID, ToolName: w.ToolName, Input: w.Input,
 			GenerationID: w.GenerationID, TurnID: w.TurnID, Version: w.Version})}
 	s.toolRuns[w.ToolCallID] = r
+	if sc := s.trace.gens[w.GenerationID]; sc.IsValid() {
+		s.trace.writeCauses = append(s.trace.writeCauses, sc) // the claim's write
+	}
 	s.queueWork(protocol.Event{ID: protocol.DeriveID("claim", s.id, w.GenerationID, w.ToolCallID, strconv.Itoa(w.Version), strconv.Itoa(attempt)), Cause: r.event.ID,
 		Type: protocol.TypeToolExecClaimed, Payload: mustJSON(protocol.ToolExecutionClaimed{ToolCallID: w.ToolCallID,
 			GenerationID: w.GenerationID, Version: w.Version, Attempt: attempt})})
@@ -170,8 +180,12 @@ func (s *sessionActor) toolDone(call, gen string, version, attempt int, output j
 func (s *sessionActor) execute(r *toolRun) {
 	t, ok := s.agent.tools.Get(r.tool)
 	r.executing = true
+	r.span, r.began = s.toolSpan(r), time.Now()
 	if !ok {
-		s.queueWork(s.toolDone(r.call, r.gen, r.version, r.attempt, nil, "no tool named "+strconv.Quote(r.tool)+" is defined", false))
+		msg := "no tool named " + strconv.Quote(r.tool) + " is defined"
+		s.queueWork(s.toolDone(r.call, r.gen, r.version, r.attempt, nil, msg, false))
+		s.traceToolResult(r)
+		endTool(r, "unknown_tool", nil, errors.New(msg))
 		delete(s.toolRuns, r.call)
 		return
 	}
@@ -197,7 +211,11 @@ func (s *sessionActor) execute(r *toolRun) {
 		return s.rt.requestInput(ctx, name, session, protocol.InputRequest{InputID: inputID, Request: request,
 			RequestID: requestID, GenerationID: r.gen}, call, version)
 	}
+	span := r.span
 	run := func(ctx context.Context, send func(any)) {
+		if span != nil {
+			ctx = trace.ContextWithSpan(ctx, span)
+		}
 		hc.Preliminary = func(out json.RawMessage) {
 			send(&toolPreliminary{call: r.call, version: r.version, attempt: r.attempt, output: append(json.RawMessage(nil), out...)})
 		}
@@ -236,15 +254,20 @@ func (s *sessionActor) onToolEnd(m *toolEnd) {
 	}
 	s.ctx.Stop(r.pid)
 	delete(s.toolRuns, m.call)
+	s.traceToolResult(r)
 	switch {
 	case m.cancelled && s.isReport(r.tool):
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, nil, protocol.InterruptedToolError, true))
+		endTool(r, "interrupted", nil, nil)
 	case m.cancelled:
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, nil, "cancelled", false))
+		endTool(r, "cancelled", nil, nil)
 	case m.err != nil:
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, nil, m.err.Error(), false))
+		endTool(r, "failed", nil, m.err)
 	default:
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, m.output, "", false))
+		endTool(r, "completed", m.output, nil)
 	}
 	s.flushSoon()
 }

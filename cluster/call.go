@@ -7,11 +7,14 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/cluster/clusterpb"
 	"github.com/a2-runtime/a2/cluster/gossip"
+	"github.com/a2-runtime/a2/telemetry"
 )
 
 // Requests between nodes.
@@ -51,12 +54,25 @@ func (n *Node) ask(pid *actor.PID, env *clusterpb.Envelope, timeout time.Duratio
 // request sends a request of kind to the grain of session on the member
 // that places it, and decodes the answer into out; it returns the member
 // that answered.
-func (n *Node) request(ctx context.Context, session, kind string, body proto.Message, out proto.Message) (gossip.Meta, error) {
+func (n *Node) request(ctx context.Context, session, kind string, body proto.Message, out proto.Message) (_ gossip.Meta, err error) {
 	var answered gossip.Meta
-	err := n.retry(ctx, session, func(owner gossip.Meta, timeout time.Duration, dl time.Time) (*clusterpb.Envelope, error) {
+	ctx, span := telemetry.Start(ctx, telemetry.SpanForward, trace.WithSpanKind(trace.SpanKindClient))
+	carrier := telemetry.Inject(ctx)
+	attempts := 0
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String(telemetry.AttrCluster, kind), attribute.String(telemetry.AttrSession, session),
+				attribute.String(telemetry.AttrTarget, answered.ID), attribute.Int(telemetry.AttrAttempt, attempts))
+			telemetry.Fail(span, actors.CodeOf(err), err)
+		}
+		span.End()
+	}()
+	err = n.retry(ctx, session, func(owner gossip.Meta, timeout time.Duration, dl time.Time) (*clusterpb.Envelope, error) {
 		answered = owner
+		attempts++
 		grainPID := actor.NewPID(owner.Address(), grainPrefix+session)
 		env := wrap(kind, body, dl)
+		env.Trace = carrier
 		res, err := n.ask(grainPID, env, timeout)
 		if !errors.Is(err, actor.ErrDeadLetter) {
 			return res, err

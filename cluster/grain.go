@@ -9,12 +9,17 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	protocluster "github.com/asynkron/protoactor-go/cluster"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/actors/sessionpb"
 	"github.com/a2-runtime/a2/cluster/clusterpb"
 	"github.com/a2-runtime/a2/cluster/gossip"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/telemetry"
 )
 
 // grain is a session's actor of kind "session" on the member that places
@@ -92,7 +97,19 @@ func (n *Node) serveGrain(c actor.Context, session string, env *clusterpb.Envelo
 	go func() {
 		ctx, cancel := context.WithDeadline(context.Background(), deadlineOf(env, n.cfg.RequestTimeout))
 		defer cancel()
-		respond(n.serveRequest(ctx, session, env))
+		// The caller's trace continues here (a malformed one is ignored).
+		ctx, span := telemetry.Start(telemetry.Extract(ctx, env.Trace), telemetry.SpanServe, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String(telemetry.AttrCluster, env.Kind), attribute.String(telemetry.AttrSession, session)))
+		res := n.serveRequest(ctx, session, env)
+		if res.Kind == kindError && span.IsRecording() {
+			var e sessionpb.Error
+			if proto.Unmarshal(res.Body, &e) == nil {
+				span.SetStatus(codes.Error, e.Message)
+				span.SetAttributes(attribute.String(telemetry.ErrorType, e.Code))
+			}
+		}
+		span.End()
+		respond(res)
 	}()
 }
 

@@ -261,7 +261,7 @@ func (g *Gateway) chatStream(w http.ResponseWriter, r *http.Request, agent, sess
 	if !done {
 		done = g.pump(ctx, events, errc, bw, flush, func(ev protocol.Event) bool {
 			if err := protocol.Fold(s, ev); err != nil {
-				g.opts.Logger.Warn("gateway: a chat stream cannot fold an event", "session", session, "index", ev.Index, "err", err)
+				g.opts.Logger.WarnContext(ctx, "gateway: a chat stream cannot fold an event", "session", session, "index", ev.Index, "err", err)
 			}
 			return c.step(s, &ev, write)
 		}, func(err error) {

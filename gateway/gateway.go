@@ -142,7 +142,7 @@ func New(router Router, opts Options) *Gateway {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "", "no route for %s %s; docs/http.md lists the routes", r.Method, r.URL.Path))
 	})
-	g.handler = g.recoverPanics(mux)
+	g.handler = g.serveObserved(mux)
 	return g
 }
 
@@ -186,7 +186,7 @@ func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	e := classify(err)
 	if e.Status == http.StatusInternalServerError {
-		g.opts.Logger.Error("gateway: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		g.opts.Logger.ErrorContext(r.Context(), "gateway: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeError(w, e)
 }

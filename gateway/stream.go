@@ -81,7 +81,7 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 		buf = writeSSE(bw, ev, buf)
 		return false
 	}, func(err error) {
-		g.opts.Logger.Warn("gateway: a stream's subscription failed", "err", err)
+		g.opts.Logger.WarnContext(ctx, "gateway: a stream's subscription failed", "err", err)
 		_, _ = bw.WriteString(": error " + oneLine(classify(err).Message) + "\n\n")
 	})
 }

@@ -191,7 +191,10 @@ type PushRequest struct {
 	Session string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
 	Events  []*Event               `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
 	// trusted marks a server append (skips browser trust rules).
-	Trusted       bool `protobuf:"varint,4,opt,name=trusted,proto3" json:"trusted,omitempty"`
+	Trusted bool `protobuf:"varint,4,opt,name=trusted,proto3" json:"trusted,omitempty"`
+	// trace carries the pusher's trace context (W3C traceparent and
+	// tracestate) to the session actor, when telemetry is on.
+	Trace         map[string]string `protobuf:"bytes,5,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -252,6 +255,13 @@ func (x *PushRequest) GetTrusted() bool {
 		return x.Trusted
 	}
 	return false
+}
+
+func (x *PushRequest) GetTrace() map[string]string {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
 }
 
 // PushResponse carries the persisted events (with their indexes) or an
@@ -484,12 +494,17 @@ const file_session_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\x85\x01\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xfc\x01\n" +
 	"\vPushRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12,\n" +
 	"\x06events\x18\x03 \x03(\v2\x14.a2.session.v1.EventR\x06events\x12\x18\n" +
-	"\atrusted\x18\x04 \x01(\bR\atrusted\"h\n" +
+	"\atrusted\x18\x04 \x01(\bR\atrusted\x12;\n" +
+	"\x05trace\x18\x05 \x03(\v2%.a2.session.v1.PushRequest.TraceEntryR\x05trace\x1a8\n" +
+	"\n" +
+	"TraceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
 	"\fPushResponse\x12,\n" +
 	"\x06events\x18\x01 \x03(\v2\x14.a2.session.v1.EventR\x06events\x12*\n" +
 	"\x05error\x18\x02 \x01(\v2\x14.a2.session.v1.ErrorR\x05error\">\n" +
@@ -516,7 +531,7 @@ func file_session_proto_rawDescGZIP() []byte {
 	return file_session_proto_rawDescData
 }
 
-var file_session_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_session_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_session_proto_goTypes = []any{
 	(*Event)(nil),         // 0: a2.session.v1.Event
 	(*Error)(nil),         // 1: a2.session.v1.Error
@@ -525,18 +540,20 @@ var file_session_proto_goTypes = []any{
 	(*StateRequest)(nil),  // 4: a2.session.v1.StateRequest
 	(*StateResponse)(nil), // 5: a2.session.v1.StateResponse
 	(*EventBatch)(nil),    // 6: a2.session.v1.EventBatch
+	nil,                   // 7: a2.session.v1.PushRequest.TraceEntry
 }
 var file_session_proto_depIdxs = []int32{
 	0, // 0: a2.session.v1.PushRequest.events:type_name -> a2.session.v1.Event
-	0, // 1: a2.session.v1.PushResponse.events:type_name -> a2.session.v1.Event
-	1, // 2: a2.session.v1.PushResponse.error:type_name -> a2.session.v1.Error
-	1, // 3: a2.session.v1.StateResponse.error:type_name -> a2.session.v1.Error
-	0, // 4: a2.session.v1.EventBatch.events:type_name -> a2.session.v1.Event
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	7, // 1: a2.session.v1.PushRequest.trace:type_name -> a2.session.v1.PushRequest.TraceEntry
+	0, // 2: a2.session.v1.PushResponse.events:type_name -> a2.session.v1.Event
+	1, // 3: a2.session.v1.PushResponse.error:type_name -> a2.session.v1.Error
+	1, // 4: a2.session.v1.StateResponse.error:type_name -> a2.session.v1.Error
+	0, // 5: a2.session.v1.EventBatch.events:type_name -> a2.session.v1.Event
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_session_proto_init() }
@@ -550,7 +567,7 @@ func file_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_session_proto_rawDesc), len(file_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

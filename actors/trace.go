@@ -1,0 +1,519 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/a2-runtime/a2/actors/sessionpb"
+	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/telemetry"
+)
+
+// Traces of a session (docs/telemetry.md has the span tree).
+//
+// A push arrives with its caller's trace context (sessionpb.PushRequest's
+// trace). Its admit span covers the session actor's part: decisions,
+// admission, the write, until durable. The actor remembers, in memory
+// only, which command span caused what: the input a send queued and the
+// generation requests a push produced. A turn's invoke_agent span starts
+// with its first generation attempt, as a child of the command that sent
+// its input, and ends when the turn is no longer active; each attempt is
+// an a2.generation span under the turn (or under the command that asked
+// for it, a retry say, linked to the turn), with its chat and compaction
+// spans; each tool execution an execute_tool span under the attempt that
+// called it. Each batch write is an a2.store.append span under the first
+// cause in the batch, linked to the others. Work resumed after a restart
+// starts new traces: the memory is gone, and a trace is not durable state.
+//
+// With tracing off no span context is valid and none of the maps is made:
+// what this costs is a few nil checks per event.
+type sessionTrace struct {
+	turnID    string
+	turn      trace.Span
+	turnCause trace.SpanContext
+	// causeOf maps a generation request to the command span that produced
+	// it; inputs maps an input message to the command span that sent it;
+	// gens maps a generation attempt to its span, the tools' parent.
+	causeOf map[string]trace.SpanContext
+	inputs  map[string]trace.SpanContext
+	gens    map[string]trace.SpanContext
+	// writeCauses are the spans of what joins the next write besides
+	// pushes: lanes and tool results.
+	writeCauses []trace.SpanContext
+}
+
+// maxTraceEntries bounds each map: entries for inputs that are never
+// admitted (removed from the inbox) must not pile up.
+const maxTraceEntries = 1024
+
+func putTrace(m *map[string]trace.SpanContext, k string, sc trace.SpanContext) {
+	if !sc.IsValid() {
+		return
+	}
+	if *m == nil || len(*m) >= maxTraceEntries {
+		*m = map[string]trace.SpanContext{}
+	}
+	(*m)[k] = sc
+}
+
+// admitSpan starts the span of a push in the session actor; nil when the
+// push carries no trace.
+func (s *sessionActor) admitSpan(m *sessionpb.PushRequest, events []protocol.Event) trace.Span {
+	if len(m.Trace) == 0 {
+		return nil
+	}
+	ctx := telemetry.Extract(context.Background(), m.Trace)
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	_, span := telemetry.Start(ctx, telemetry.SpanAdmit)
+	if !span.IsRecording() {
+		return span
+	}
+	types := make([]string, len(events))
+	for i, ev := range events {
+		types[i] = ev.Type
+	}
+	span.SetAttributes(attribute.String(telemetry.GenAIConversationID, s.id), attribute.String(telemetry.GenAIAgentName, s.agent.Name()),
+		attribute.StringSlice(telemetry.AttrEventTypes, types), attribute.Int(telemetry.AttrEventCount, len(events)),
+		attribute.Bool(telemetry.AttrTrusted, m.Trusted))
+	if s.lease.Epoch > 0 {
+		span.SetAttributes(attribute.Int64(telemetry.AttrLeaseEpoch, int64(s.lease.Epoch)))
+	}
+	return span
+}
+
+// traceDecided records what a push produced in the batch (its own events,
+// the decisions and the control lane's steps after it): the decisions on
+// its span, and which inputs and generation requests it caused.
+func (s *sessionActor) traceDecided(p *pendingPush, produced []protocol.Event) {
+	if p.span == nil || !p.span.IsRecording() {
+		return
+	}
+	sc := p.span.SpanContext()
+	var decisions []string
+	for _, ev := range produced {
+		switch ev.Type {
+		case protocol.TypeControlDecided:
+			var d protocol.Decided
+			if json.Unmarshal(ev.Payload, &d) == nil {
+				decisions = append(decisions, d.Outcome+trimReason(d.Reason))
+			}
+		case protocol.TypeGenerationRequested:
+			putTrace(&s.trace.causeOf, ev.ID, sc)
+		case protocol.TypeControlRequested:
+			for _, it := range s.state.AI.Inbox.Items {
+				if it.CommandID == ev.ID {
+					putTrace(&s.trace.inputs, it.ID, sc)
+				}
+			}
+			if a := s.state.AI.Active; a != nil && s.trace.turnID != a.TurnID {
+				// Admitted in the same batch: the inbox no longer has it.
+				putTrace(&s.trace.inputs, a.Input.ID, sc)
+			}
+		}
+	}
+	if len(decisions) > 0 {
+		p.span.SetAttributes(attribute.StringSlice(telemetry.AttrDecisions, decisions))
+	}
+}
+
+func trimReason(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ": " + r
+}
+
+// endAdmit ends a push's span once it is answered.
+func endAdmit(p *pendingPush, stored []protocol.Event, err error) {
+	if p.span == nil {
+		return
+	}
+	if p.span.IsRecording() {
+		if len(stored) > 0 {
+			p.span.SetAttributes(attribute.Int64(telemetry.AttrLogIndex, int64(stored[0].Index)))
+		}
+		telemetry.Fail(p.span, CodeOf(err), err)
+	}
+	p.span.End()
+}
+
+// generationSpan starts the span of attempt l of request w, starting the
+// turn's span first when this is the turn's first attempt here. It returns
+// nil when the request has no trace.
+func (s *sessionActor) generationSpan(w protocol.Work, l *lane) trace.Span {
+	t := &s.trace
+	cause := t.causeOf[w.RequestID]
+	delete(t.causeOf, w.RequestID)
+	if a := s.state.AI.Active; a != nil && a.TurnID != t.turnID {
+		s.endTurn("")
+		parent := t.inputs[a.Input.ID]
+		delete(t.inputs, a.Input.ID)
+		if !parent.IsValid() {
+			parent = cause
+		}
+		if parent.IsValid() {
+			_, t.turn = telemetry.Start(trace.ContextWithSpanContext(context.Background(), parent), telemetry.SpanInvokeAgent+" "+s.agent.Name(),
+				trace.WithAttributes(attribute.String(telemetry.GenAIOperationName, "invoke_agent"),
+					attribute.String(telemetry.GenAIAgentName, s.agent.Name()), attribute.String(telemetry.GenAIConversationID, s.id),
+					attribute.String(telemetry.AttrTurnID, a.TurnID)))
+			t.turnID, t.turnCause = a.TurnID, parent
+		}
+	}
+	var parent trace.SpanContext
+	var opts []trace.SpanStartOption
+	switch {
+	case cause.IsValid() && t.turn != nil && !cause.Equal(t.turnCause):
+		// Asked for by a later command (a retry, a resume): its trace,
+		// linked to the turn.
+		parent = cause
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: t.turn.SpanContext()}))
+	case t.turn != nil:
+		parent = t.turn.SpanContext()
+	default:
+		parent = cause
+	}
+	if !parent.IsValid() {
+		return nil
+	}
+	opts = append(opts, trace.WithAttributes(attribute.String(telemetry.GenAIConversationID, s.id),
+		attribute.String(telemetry.AttrRequestID, w.RequestID), attribute.String(telemetry.AttrGenerationID, l.gen),
+		attribute.Int(telemetry.AttrAttempt, l.attempt), attribute.String(telemetry.AttrRequestReason, requestReason(s.state.AI, w.RequestID))))
+	if s.lease.Epoch > 0 {
+		opts = append(opts, trace.WithAttributes(attribute.Int64(telemetry.AttrLeaseEpoch, int64(s.lease.Epoch))))
+	}
+	_, span := telemetry.Start(trace.ContextWithSpanContext(context.Background(), parent), telemetry.SpanGeneration, opts...)
+	putTrace(&t.gens, l.gen, span.SpanContext())
+	return span
+}
+
+// requestReason is the reason of the active generation request (turn,
+// continue, resume, retry), "" when the state no longer has it.
+func requestReason(ai *protocol.AIState, request string) string {
+	if ai.ActiveRequestID == request {
+		return ai.ActiveRequestReason
+	}
+	return ""
+}
+
+// endGeneration ends an attempt's span with its outcome.
+func endGeneration(l *lane, outcome, reason string, failure string) {
+	metrics := telemetry.Metrics()
+	metrics.GenDuration.Record(context.Background(), time.Since(l.began).Seconds(), metric.WithAttributes(attribute.String(telemetry.AttrOutcome, outcome)))
+	if l.span == nil {
+		return
+	}
+	if l.span.IsRecording() {
+		l.span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
+		if reason != "" {
+			l.span.SetAttributes(attribute.String(telemetry.AttrSupersededReason, reason))
+		}
+		if failure != "" {
+			l.span.SetStatus(codes.Error, failure)
+			l.span.SetAttributes(attribute.String(telemetry.ErrorType, "generation_failed"))
+		}
+	}
+	l.span.End()
+	l.span = nil
+}
+
+// abortOutcome names why a lane was cancelled.
+func abortOutcome(cause error) (outcome, reason string) {
+	switch {
+	case errors.Is(cause, ErrPaused):
+		return "paused", "paused"
+	case errors.Is(cause, errWrittenElsewhere):
+		return "superseded", "written elsewhere"
+	case errors.Is(cause, errLeaseLost):
+		return "superseded", "lease lost"
+	case errors.Is(cause, errSessionStopped):
+		return "aborted", "session stopped"
+	case errors.Is(cause, ErrSuperseded):
+		return "superseded", "superseded"
+	case errors.Is(cause, ErrStopped):
+		return "stopped", ""
+	case cause != nil:
+		return "aborted", strings.TrimPrefix(cause.Error(), "actors: ")
+	}
+	return "aborted", ""
+}
+
+// endTurn ends the turn's span (outcome "" when the turn simply is no
+// longer active: completed, stopped or handed off).
+func (s *sessionActor) endTurn(outcome string) {
+	t := &s.trace
+	if t.turn != nil {
+		if outcome != "" && t.turn.IsRecording() {
+			t.turn.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
+		}
+		t.turn.End()
+	}
+	t.turn, t.turnID, t.turnCause = nil, "", trace.SpanContext{}
+	t.gens, t.causeOf = nil, nil
+}
+
+// traceTurns ends the turn's span once the state has no active turn, or
+// another one, after a write.
+func (s *sessionActor) traceTurns() {
+	t := &s.trace
+	if t.turn == nil {
+		return
+	}
+	if a := s.state.AI.Active; a == nil || a.TurnID != t.turnID {
+		s.endTurn("ended")
+	}
+}
+
+// toolSpan starts the span of a tool execution attempt, under the
+// generation attempt that called it (or the turn). Nil without a trace.
+func (s *sessionActor) toolSpan(r *toolRun) trace.Span {
+	parent := s.trace.gens[r.gen]
+	if !parent.IsValid() && s.trace.turn != nil {
+		parent = s.trace.turn.SpanContext()
+	}
+	if !parent.IsValid() {
+		return nil
+	}
+	recovery := "rerun"
+	if s.isReport(r.tool) {
+		recovery = "report"
+	}
+	attrs := []attribute.KeyValue{attribute.String(telemetry.GenAIOperationName, "execute_tool"),
+		attribute.String(telemetry.GenAIToolName, r.tool), attribute.String(telemetry.GenAIToolCallID, r.call),
+		attribute.String(telemetry.GenAIToolType, "function"), attribute.String(telemetry.GenAIConversationID, s.id),
+		attribute.Int(telemetry.AttrExecVersion, r.version), attribute.Int(telemetry.AttrAttempt, r.attempt),
+		attribute.String(telemetry.AttrRecovery, recovery), attribute.Bool(telemetry.AttrRecovered, r.attempt > 1),
+		attribute.String(telemetry.AttrGenerationID, r.gen)}
+	if telemetry.CaptureContent() {
+		attrs = append(attrs, attribute.String(telemetry.GenAIToolArguments, string(r.input)))
+	}
+	_, span := telemetry.Start(trace.ContextWithSpanContext(context.Background(), parent), telemetry.SpanExecuteTool+" "+r.tool, trace.WithAttributes(attrs...))
+	return span
+}
+
+// endTool ends a tool attempt's span and counts the execution.
+func endTool(r *toolRun, outcome string, output json.RawMessage, err error) {
+	telemetry.Metrics().ToolExecutions.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String(telemetry.GenAIToolName, r.tool), attribute.String(telemetry.AttrOutcome, outcome)))
+	if !r.began.IsZero() {
+		telemetry.Metrics().ToolDuration.Record(context.Background(), time.Since(r.began).Seconds(), metric.WithAttributes(
+			attribute.String(telemetry.GenAIToolName, r.tool), attribute.String(telemetry.AttrOutcome, outcome)))
+	}
+	if r.span == nil {
+		return
+	}
+	if r.span.IsRecording() {
+		r.span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
+		if err != nil {
+			r.span.SetStatus(codes.Error, err.Error())
+			r.span.SetAttributes(attribute.String(telemetry.ErrorType, "tool_error"))
+		}
+		if telemetry.CaptureContent() && len(output) > 0 {
+			r.span.SetAttributes(attribute.String(telemetry.GenAIToolResult, string(output)))
+		}
+	}
+	r.span.End()
+	r.span = nil
+}
+
+// writeSpan starts the span of a batch write: a child of the first cause
+// in it (a push, a lane, a tool result), linked to the others. Nil when
+// nothing in the batch has a trace.
+func (s *sessionActor) writeSpan(pushes []*pendingPush, batch []protocol.Event) trace.Span {
+	causes := s.trace.writeCauses
+	s.trace.writeCauses = nil
+	var first trace.SpanContext
+	var links []trace.Link
+	add := func(sc trace.SpanContext) {
+		if !sc.IsValid() {
+			return
+		}
+		if !first.IsValid() {
+			first = sc
+			return
+		}
+		if !sc.Equal(first) {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	for _, p := range pushes {
+		if p.span != nil {
+			add(p.span.SpanContext())
+		}
+	}
+	for _, sc := range causes {
+		add(sc)
+	}
+	if !first.IsValid() {
+		return nil
+	}
+	_, span := telemetry.Start(trace.ContextWithSpanContext(context.Background(), first), telemetry.SpanAppend,
+		trace.WithLinks(links...), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.Int(telemetry.AttrBatchSize, len(batch)), attribute.Int(telemetry.AttrBatchPushes, len(pushes)),
+			attribute.String(telemetry.GenAIConversationID, s.id)))
+	return span
+}
+
+// endWrite ends a write's span and records the write's metrics.
+func endWrite(span trace.Span, began time.Time, n int, stored []protocol.Event, err error) {
+	m := telemetry.Metrics()
+	ctx := context.Background()
+	m.AppendDuration.Record(ctx, time.Since(began).Seconds())
+	m.AppendBatch.Record(ctx, int64(n))
+	if err == nil {
+		m.SyncedWrites.Add(ctx, 1)
+	}
+	if span == nil {
+		return
+	}
+	if span.IsRecording() {
+		if len(stored) > 0 {
+			span.SetAttributes(attribute.Int64(telemetry.AttrLogIndex, int64(stored[0].Index)),
+				attribute.Int64(telemetry.AttrLogIndexLast, int64(stored[len(stored)-1].Index)))
+		}
+		telemetry.Fail(span, "store", err)
+	}
+	span.End()
+}
+
+// modelCall is one model call's chat span and GenAI metrics.
+type modelCall struct {
+	span    trace.Span
+	began   time.Time
+	first   time.Duration
+	model   string
+	attrs   []attribute.KeyValue
+	chunked bool
+}
+
+// providerOf is the provider part of a model ID ("openai/gpt-4o" ->
+// "openai"); a model ID without one is its own provider (demo, script).
+func providerOf(model string) string {
+	if i := strings.IndexByte(model, '/'); i > 0 {
+		return model[:i]
+	}
+	return model
+}
+
+// startModelCall starts the chat span of a model call under ctx's span.
+func startModelCall(ctx context.Context, model, session string) (context.Context, *modelCall) {
+	m := &modelCall{began: time.Now(), model: model,
+		attrs: []attribute.KeyValue{attribute.String(telemetry.GenAIOperationName, "chat"),
+			attribute.String(telemetry.GenAIProviderName, providerOf(model)), attribute.String(telemetry.GenAIRequestModel, model)}}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		ctx, m.span = telemetry.Start(ctx, telemetry.SpanChat+" "+model, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(m.attrs...), trace.WithAttributes(attribute.String(telemetry.GenAIConversationID, session)))
+	}
+	return ctx, m
+}
+
+// chunk notes a chunk: the first one sets the time to first chunk.
+func (m *modelCall) chunk() {
+	if !m.chunked {
+		m.chunked, m.first = true, time.Since(m.began)
+	}
+}
+
+// end ends the call with its usage, finish reason and error.
+func (m *modelCall) end(usage *protocol.Usage, finish string, err error) {
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	metrics := telemetry.Metrics()
+	attrs := m.attrs
+	if err != nil {
+		attrs = append(attrs[:len(attrs):len(attrs)], attribute.String(telemetry.ErrorType, "model_error"))
+	}
+	metrics.OpDuration.Record(ctx, time.Since(m.began).Seconds(), metric.WithAttributes(attrs...))
+	if m.chunked {
+		metrics.TimeToFirst.Record(ctx, m.first.Seconds(), metric.WithAttributes(m.attrs...))
+	}
+	if usage != nil {
+		in := append(m.attrs[:len(m.attrs):len(m.attrs)], attribute.String(telemetry.GenAITokenType, "input"))
+		out := append(m.attrs[:len(m.attrs):len(m.attrs)], attribute.String(telemetry.GenAITokenType, "output"))
+		metrics.TokenUsage.Record(ctx, usage.InputTokens, metric.WithAttributes(in...))
+		metrics.TokenUsage.Record(ctx, usage.OutputTokens, metric.WithAttributes(out...))
+	}
+	if m.span == nil {
+		return
+	}
+	if m.span.IsRecording() {
+		if m.chunked {
+			m.span.SetAttributes(attribute.Float64(telemetry.GenAITimeToFirstChunk, m.first.Seconds()))
+		}
+		if finish != "" {
+			m.span.SetAttributes(attribute.StringSlice(telemetry.GenAIFinishReasons, []string{finish}))
+		}
+		if usage != nil {
+			m.span.SetAttributes(attribute.Int64(telemetry.GenAIInputTokens, usage.InputTokens), attribute.Int64(telemetry.GenAIOutputTokens, usage.OutputTokens))
+			if usage.CachedInputTokens != nil {
+				m.span.SetAttributes(attribute.Int64(telemetry.GenAICacheReadTokens, *usage.CachedInputTokens))
+			}
+			if usage.ReasoningTokens != nil {
+				m.span.SetAttributes(attribute.Int64(telemetry.GenAIReasoningTokens, *usage.ReasoningTokens))
+			}
+		}
+		if err != nil {
+			m.span.SetStatus(codes.Error, err.Error())
+			m.span.SetAttributes(attribute.String(telemetry.ErrorType, "model_error"))
+		}
+	}
+	m.span.End()
+}
+
+// compactionSpan starts the span of a compaction under the attempt's span.
+func compactionSpan(ctx context.Context, in laneInput, tokens, threshold int64) (context.Context, trace.Span) {
+	if in.span == nil {
+		return ctx, nil
+	}
+	ctx, span := telemetry.Start(ctx, telemetry.SpanCompaction, trace.WithAttributes(
+		attribute.String(telemetry.GenAIConversationID, in.session), attribute.String(telemetry.AttrGenerationID, in.gen),
+		attribute.Int64("a2.compaction.input_tokens", tokens), attribute.Int64("a2.compaction.threshold_tokens", threshold)))
+	return ctx, span
+}
+
+// endCompaction ends a compaction's span.
+func endCompaction(span trace.Span, summary string, err error) {
+	if span == nil {
+		return
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool(telemetry.AttrCompactionOK, err == nil && summary != ""))
+		telemetry.Fail(span, "compaction_failed", err)
+	}
+	span.End()
+}
+
+// traceToolResult makes a tool attempt's span a cause of the write that
+// records its result.
+func (s *sessionActor) traceToolResult(r *toolRun) {
+	if r.span != nil {
+		s.trace.writeCauses = append(s.trace.writeCauses, r.span.SpanContext())
+	}
+}
+
+// spanContext is a context carrying span, for log lines that name their
+// trace (telemetry.LogHandler).
+func spanContext(span trace.Span) context.Context {
+	if span == nil {
+		return context.Background()
+	}
+	return trace.ContextWithSpan(context.Background(), span)
+}
+
+func laneSpan(l *lane) trace.Span {
+	if l == nil {
+		return nil
+	}
+	return l.span
+}
