@@ -86,6 +86,12 @@ func freePortPair(t *testing.T) int {
 // startClusterProc starts a node process; httpAddr "" picks a port.
 func startClusterProc(t *testing.T, name, httpAddr string, args ...string) *clusterProc {
 	t.Helper()
+	return startClusterProcEnv(t, name, httpAddr, nil, args...)
+}
+
+// startClusterProcEnv is startClusterProc with more environment variables.
+func startClusterProcEnv(t *testing.T, name, httpAddr string, env []string, args ...string) *clusterProc {
+	t.Helper()
 	if httpAddr == "" {
 		httpAddr = freePort(t)
 	}
@@ -100,7 +106,7 @@ func startClusterProc(t *testing.T, name, httpAddr string, args ...string) *clus
 		t.Fatal(err)
 	}
 	p.cmd = exec.Command(nodeBinary(t), append([]string{"--addr", httpAddr}, args...)...)
-	p.cmd.Env = append(os.Environ(), "A2_ADMIN_TOKEN=cluster-test")
+	p.cmd.Env = append(append(os.Environ(), "A2_ADMIN_TOKEN=cluster-test"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

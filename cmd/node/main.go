@@ -48,6 +48,7 @@ import (
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	pgstore "github.com/a2-runtime/a2/persistence/postgres"
+	"github.com/a2-runtime/a2/telemetry"
 	"github.com/a2-runtime/a2/tools"
 	"github.com/a2-runtime/a2/tools/demotools"
 )
@@ -93,7 +94,7 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		if err != nil {
 			return err
 		}
-		cfg.logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		cfg.logger = slog.New(telemetry.LogHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel})))
 		ln, err := net.Listen("tcp", cfg.addr)
 		if err != nil {
 			return fmt.Errorf("cannot listen on %s: %w (another node running? choose another with --addr)", cfg.addr, err)
@@ -135,6 +136,12 @@ type config struct {
 	// cluster is the cluster configuration (cluster.go); role "" or
 	// "single" runs a single node, with no cluster code.
 	cluster clusterFlags
+	// logLevel is the node's log level (--log-level); metricsAddr serves
+	// the Prometheus scrape endpoint when set (--metrics-addr).
+	logLevel    slog.Level
+	metricsAddr string
+	// telemetry describes what the node exports, for the banner.
+	telemetry string
 }
 
 // defaultStepTimeout bounds a model step when the operator sets nothing: a
@@ -171,9 +178,15 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 		return cfg, fmt.Errorf("A2_STEP_TIMEOUT: %w", err)
 	}
 	fs.DurationVar(&cfg.stepTimeout, "step-timeout", stepTimeout, "longest a model step may run before its generation fails; 0 is no limit (A2_STEP_TIMEOUT)")
+	fs.StringVar(&cfg.metricsAddr, "metrics-addr", env("A2_METRICS_ADDR", ""), "address of a Prometheus scrape endpoint (GET /metrics); empty: none (A2_METRICS_ADDR; OTLP export is set with the OTEL_* variables, docs/telemetry.md)")
+	level := env("A2_LOG_LEVEL", "info")
+	fs.StringVar(&level, "log-level", level, "log level: debug, info, warn or error (A2_LOG_LEVEL)")
 	cfg.cluster.register(fs, env)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if err := cfg.logLevel.UnmarshalText([]byte(level)); err != nil {
+		return cfg, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -209,6 +222,35 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	}
 	p := selectProviders(getenv, cfg.model, sc, cfg.demoDelay)
 
+	tcfg, err := telemetry.FromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	tcfg.Prometheus = tcfg.Prometheus || cfg.metricsAddr != ""
+	tcfg.InstanceID = ln.Addr().String()
+	if cfg.cluster.role == cluster.RoleMember || cfg.cluster.role == cluster.RoleGateway {
+		tcfg.InstanceID = cfg.cluster.role + "@" + cfg.cluster.bind
+	}
+	tel, err := telemetry.Install(ctx, tcfg)
+	if err != nil {
+		return err
+	}
+	cfg.telemetry = describeTelemetry(tcfg, cfg.metricsAddr)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			logger.Warn("telemetry did not flush", "err", err)
+		}
+	}()
+	if cfg.metricsAddr != "" {
+		stopMetrics, err := serveMetrics(cfg.metricsAddr, tel.Prometheus, logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+
 	agent, err := actors.NewAgent(actors.AgentOptions{
 		Name:         defaultAgent,
 		Model:        harness.ModelID(p.model),
@@ -238,8 +280,8 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		}()
 		// The runtime logs warnings and errors only: protoactor's lifecycle
 		// lines are not a node operator's business.
-		rtLogger := levelfilter.New(logger, slog.LevelWarn)
-		ropts := actors.Options{Logger: rtLogger}
+		rtLogger := levelfilter.New(logger, runtimeLevel(cfg.logLevel))
+		ropts := actors.Options{Logger: rtLogger, Meter: tel.MeterProvider()}
 		if p.real() && cfg.catalog != "" && cfg.catalog != "off" {
 			ropts.Catalog = actors.CatalogCache{Source: cfg.catalog, Cache: &catalog.Cache{}}
 		}
@@ -333,6 +375,7 @@ func printBanner(out io.Writer, base string, cfg config, p providers) {
   data:   %s
   admin:  %s
   memory: %s
+  telemetry: %s
 
 Chat with it from another terminal:
   go run ./cmd/node chat --url %s
@@ -343,7 +386,7 @@ Or with curl: send a message, then watch the answer stream in
   curl -N %s/stream
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
-`, base, defaultAgent, p.model, p.name, where, admin, memory, base, sessions, id, id, sessions)
+`, base, defaultAgent, p.model, p.name, where, admin, memory, cfg.telemetry, base, sessions, id, id, sessions)
 }
 
 // nodeTools are the agent's tools: the demo tools, and in test mode
