@@ -31,7 +31,9 @@ import (
 // spans; each tool execution an execute_tool span under the attempt that
 // called it. Each batch write is an a2.store.append span under the first
 // cause in the batch, linked to the others. Work resumed after a restart
-// starts new traces: the memory is gone, and a trace is not durable state.
+// starts a trace of its own (its attempts and tool executions are root
+// spans): the causes were in the memory of the process that died, and a
+// trace is not durable state.
 //
 // With tracing off no span context is valid and none of the maps is made:
 // what this costs is a few nil checks per event.
@@ -182,17 +184,29 @@ func (s *sessionActor) generationSpan(w protocol.Work, l *lane) trace.Span {
 	default:
 		parent = cause
 	}
-	if !parent.IsValid() {
-		return nil
-	}
 	opts = append(opts, trace.WithAttributes(attribute.String(telemetry.GenAIConversationID, s.id),
 		attribute.String(telemetry.AttrRequestID, w.RequestID), attribute.String(telemetry.AttrGenerationID, l.gen),
 		attribute.Int(telemetry.AttrAttempt, l.attempt), attribute.String(telemetry.AttrRequestReason, requestReason(s.state.AI, w.RequestID))))
 	if s.lease.Epoch > 0 {
 		opts = append(opts, trace.WithAttributes(attribute.Int64(telemetry.AttrLeaseEpoch, int64(s.lease.Epoch))))
 	}
-	_, span := telemetry.Start(trace.ContextWithSpanContext(context.Background(), parent), telemetry.SpanGeneration, opts...)
+	span := startUnder(parent, telemetry.SpanGeneration, opts...)
+	if span == nil {
+		return nil
+	}
 	putTrace(&t.gens, l.gen, span.SpanContext())
+	return span
+}
+
+// startUnder starts a span under parent; without a parent (work resumed
+// after a restart, whose causes were in the memory of the process that
+// died), a root span of a new trace when tracing is on, else nil.
+func startUnder(parent trace.SpanContext, name string, opts ...trace.SpanStartOption) trace.Span {
+	_, span := telemetry.Start(trace.ContextWithSpanContext(context.Background(), parent), name, opts...)
+	if !parent.IsValid() && !span.IsRecording() {
+		span.End()
+		return nil
+	}
 	return span
 }
 
@@ -280,9 +294,6 @@ func (s *sessionActor) toolSpan(r *toolRun) trace.Span {
 	if !parent.IsValid() && s.trace.turn != nil {
 		parent = s.trace.turn.SpanContext()
 	}
-	if !parent.IsValid() {
-		return nil
-	}
 	recovery := "rerun"
 	if s.isReport(r.tool) {
 		recovery = "report"
@@ -296,8 +307,7 @@ func (s *sessionActor) toolSpan(r *toolRun) trace.Span {
 	if telemetry.CaptureContent() {
 		attrs = append(attrs, attribute.String(telemetry.GenAIToolArguments, string(r.input)))
 	}
-	_, span := telemetry.Start(trace.ContextWithSpanContext(context.Background(), parent), telemetry.SpanExecuteTool+" "+r.tool, trace.WithAttributes(attrs...))
-	return span
+	return startUnder(parent, telemetry.SpanExecuteTool+" "+r.tool, trace.WithAttributes(attrs...))
 }
 
 // endTool ends a tool attempt's span and counts the execution.

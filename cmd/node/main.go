@@ -37,6 +37,7 @@ import (
 	"github.com/a2-runtime/a2/internal/levelfilter"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.opentelemetry.io/otel"
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/cluster"
@@ -231,6 +232,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	if cfg.cluster.role == cluster.RoleMember || cfg.cluster.role == cluster.RoleGateway {
 		tcfg.InstanceID = cfg.cluster.role + "@" + cfg.cluster.bind
 	}
+	// The SDK's own failures (an exporter that cannot reach its
+	// collector) are the node's warnings, not lines on stderr of their own.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("telemetry", "err", err) }))
 	tel, err := telemetry.Install(ctx, tcfg)
 	if err != nil {
 		return err

@@ -2,7 +2,8 @@
 // nodes export and renders a trace as an indented tree: the viewer of
 // cmd/tracetree, and what the multi-process telemetry test reads. It
 // accepts POST /v1/traces with a protobuf ExportTraceServiceRequest (the
-// OTLP exporters' http/protobuf protocol, uncompressed or gzip).
+// OTLP exporters' http/protobuf protocol, uncompressed or gzip), and
+// accepts and drops metrics and logs.
 package otlpview
 
 import (
@@ -47,7 +48,20 @@ const maxBody = 64 << 20
 
 // ServeHTTP implements http.Handler.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.URL.Path != "/v1/traces" || req.Method != http.MethodPost {
+	if req.Method != http.MethodPost {
+		http.Error(w, "this receiver takes POST /v1/traces (OTLP/HTTP, protobuf)", http.StatusMethodNotAllowed)
+		return
+	}
+	switch req.URL.Path {
+	case "/v1/traces":
+	case "/v1/metrics", "/v1/logs":
+		// Accepted and dropped, so that a node exporting every signal to
+		// the same endpoint does not log failures: an empty body is an
+		// empty export response.
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, req.Body, maxBody))
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		return
+	default:
 		http.Error(w, "this receiver takes POST /v1/traces (OTLP/HTTP, protobuf)", http.StatusNotFound)
 		return
 	}
