@@ -3,6 +3,8 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,4 +183,43 @@ func TestMetricsMoveWithATurn(t *testing.T) {
 	if active, was := tt.Total(rec.Collect(), telemetry.MetricSessionsActive, false), tt.Total(after, telemetry.MetricSessionsActive, false); active != was-1 {
 		t.Errorf("active sessions %v after the runtime closed, want %v", active, was-1)
 	}
+}
+
+// A compaction before a step is an a2.compaction span under the step's
+// attempt, with the summary request's chat span under it, beside the
+// step's own chat span.
+func TestTraceOfACompaction(t *testing.T) {
+	rec := tt.Install(t)
+	sc, _ := script.Parse([]byte(`{"default":{"text":"` + strings.Repeat("A long answer that fills the window. ", 8) + `"}}`))
+	m := &summarizingModel{answer: script.New(sc)}
+	f := newFixture(t, `{"replies":[]}`, func(a *AgentOptions) {
+		a.Models = func(string) (harness.Model, error) { return m, nil }
+		a.Harness.Compaction = protocol.CompactionOptions{ThresholdTokens: 300}
+	})
+	for i := 0; i < 8; i++ {
+		ctx, root := rec.Root(fmt.Sprintf("turn %d", i))
+		if _, err := f.rt.Push(ctx, "assistant", "cs", []protocol.Event{protocol.Inputs.Text(fmt.Sprintf("m%d", i), "tell me more")}, false); err != nil {
+			t.Fatal(err)
+		}
+		root.End()
+		f.waitFor("cs", "the turn", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
+		spans := rec.WaitFor(root.SpanContext().TraceID(), "the turn's spans", tt.Count(telemetry.SpanInvokeAgent, 1))
+		comps := tt.Named(spans, telemetry.SpanCompaction)
+		if len(comps) == 0 {
+			continue
+		}
+		c := comps[0]
+		gen := tt.Named(spans, telemetry.SpanGeneration)
+		if len(gen) != 1 || c.Parent().SpanID() != gen[0].SpanContext().SpanID() {
+			t.Fatalf("the compaction is not under the step's attempt:\n%s", tt.Tree(spans))
+		}
+		if len(tt.Named(tt.Children(spans, c), telemetry.SpanChat)) != 1 || len(tt.Named(tt.Children(spans, gen[0]), telemetry.SpanChat)) != 1 {
+			t.Fatalf("want one chat span under the compaction (the summary) and one under the attempt (the step):\n%s", tt.Tree(spans))
+		}
+		if !tt.Attr(c, telemetry.AttrCompactionOK).AsBool() || tt.Attr(c, "a2.compaction.threshold_tokens").AsInt64() != 300 {
+			t.Fatalf("the compaction span has %v", c.Attributes())
+		}
+		return
+	}
+	t.Fatal("no turn of eight compacted with a threshold of 300 tokens")
 }
