@@ -4,12 +4,17 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
+
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/term"
 
 	"github.com/a2-runtime/a2/client"
 	"github.com/a2-runtime/a2/protocol"
@@ -42,6 +47,7 @@ func runChat(ctx context.Context, args []string, getenv func(string) string, std
 	session := fs.String("session", "", "the session to join or resume (default: a new one)")
 	agent := fs.String("agent", defaultAgent, "the agent")
 	token := fs.String("token", env("A2_TOKEN", ""), "bearer token sent with every request, for an authorize policy (A2_TOKEN)")
+	plain := fs.Bool("plain", false, "plain line output even on a terminal (the default when standard output is not one)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,6 +65,13 @@ func runChat(ctx context.Context, args []string, getenv func(string) string, std
 		return fmt.Errorf("cannot open session %q at %s (is the node running? go run ./cmd/node): %w", *session, *url, err)
 	}
 	defer s.Close()
+	if !*plain && isTerminal(stdin) && isTerminal(stdout) {
+		_, err := tea.NewProgram(newTUI(ctx, s, *url), tea.WithContext(ctx), tea.WithInput(stdin), tea.WithOutput(stdout)).Run()
+		if errors.Is(err, tea.ErrProgramKilled) || errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
 	fmt.Fprintf(stdout, "Session %s at %s (resume it with --session %s).\n%s\n", *session, *url, *session, chatHelp)
 
 	lines := make(chan string)
@@ -274,4 +287,10 @@ func (r *renderer) closeLine() {
 func (r *renderer) note(s string) {
 	r.closeLine()
 	fmt.Fprintf(r.out, "[%s]\n", s)
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(file.Fd())
 }
