@@ -108,6 +108,7 @@ func TestBadRequests(t *testing.T) {
 		{"stream after not a number", "GET", sessionsPath + "s1/stream?after=abc", "", nil, 400, gateway.CodeInvalid, "after"},
 		{"stream Last-Event-ID not a number", "GET", sessionsPath + "s1/stream", "", map[string]string{"Last-Event-ID": "x"}, 400, gateway.CodeInvalid, "Last-Event-ID"},
 		{"stream after past the log's end", "GET", sessionsPath + "s1/stream?after=9999", "", nil, 400, gateway.CodeInvalid, "past the end of the log"},
+		{"stream until something else than idle", "GET", sessionsPath + "s1/stream?until=done", "", nil, 400, gateway.CodeInvalid, "must be idle"},
 		{"stream Last-Event-ID past the log's end", "GET", sessionsPath + "s1/stream", "", map[string]string{"Last-Event-ID": "9999"}, 400, gateway.CodeInvalid, "past the end of the log"},
 	}
 	if len(cases) < 30 {

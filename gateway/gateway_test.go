@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -445,5 +446,44 @@ func TestSessionOwnedByAnotherAgent(t *testing.T) {
 	status, b := f.do(http.MethodPost, "/v1/agents/helper/sessions/s2/events", pushBody(protocol.Inputs.Text("m3", "Hi")), nil)
 	if status != http.StatusOK {
 		t.Fatalf("helper's own session: %d %s", status, b)
+	}
+}
+
+// A stream with until=idle is bounded: it sends the history and the live
+// tail, and ends with ": idle" once the session is idle: after the turn a
+// push started and the input queued behind it, not before.
+func TestStreamUntilIdle(t *testing.T) {
+	f := newFixture(t, `{"replies":[{"match":"first","text":"one two three","delayMs":20},{"match":"second","text":"four five"}]}`, gateway.Options{}, nil)
+	read := func(query string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.URL+sessionsPath+"s1/stream"+query, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("the stream did not end by itself: %v", err)
+		}
+		return string(b)
+	}
+	// An idle session (never written) ends at once.
+	if got := read("?until=idle"); !strings.HasSuffix(got, ": idle\n\n") {
+		t.Fatalf("an idle session's bounded stream: %q", got)
+	}
+	f.push("s1", protocol.Inputs.Text("m1", "first"), protocol.Inputs.Text("m2", "second"))
+	got := read("?until=idle")
+	if !strings.HasSuffix(got, ": idle\n\n") {
+		t.Fatalf("the bounded stream did not end with the idle comment: %q", got)
+	}
+	completed := strings.Count(got, "event: "+protocol.TypeGenerationCompleted+"\n")
+	if completed != 2 {
+		t.Fatalf("the bounded stream ended after %d completed generations, want both turns' (2):\n%s", completed, got)
+	}
+	if _, index := f.state("s1"); !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) {
+		t.Fatalf("the bounded stream ended before the log's last event %d", index)
 	}
 }

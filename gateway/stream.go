@@ -24,12 +24,24 @@ import (
 //
 // The stream ends when the client goes away, the gateway closes, or the
 // subscription fails; in the last case a comment ": error ..." says why and
-// the client reconnects from the last ID it saw.
+// the client reconnects from the last ID it saw. With until=idle it also
+// ends, with the comment ": idle", once the session is idle (no turn, no
+// request, nothing queued unless the inbox is paused, no command awaiting
+// its decision): a bounded stream for scripts and curl.
 func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 	agent, session := r.PathValue("agent"), r.PathValue("session")
 	after, err := uintParam(r, "after", 0)
 	if err != nil {
 		g.fail(w, r, err)
+		return
+	}
+	untilIdle := false
+	switch u := r.URL.Query().Get("until"); u {
+	case "":
+	case "idle":
+		untilIdle = true
+	default:
+		g.fail(w, r, invalid("until", "must be idle (end the stream once the session is idle) or absent, not %q", u))
 		return
 	}
 	if last := strings.TrimSpace(r.Header.Get("Last-Event-ID")); last != "" {
@@ -44,10 +56,13 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	if after > 0 {
+	var st *protocol.SessionState
+	var index uint64
+	if after > 0 || untilIdle {
 		// A resume point past the log's end would wait for ever for events
 		// it has already "seen": refuse it, with the index to resume from.
-		_, index, err := g.router.State(r.Context(), agent, session)
+		// until=idle folds what follows the state it reads here.
+		st, index, err = g.router.State(r.Context(), agent, session)
 		if err != nil {
 			g.fail(w, r, err)
 			return
@@ -76,14 +91,37 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 	if flush() != nil {
 		return
 	}
+	if untilIdle && after >= index && sessionIdle(st.AI) {
+		_, _ = bw.WriteString(": idle\n\n")
+		_ = flush()
+		return
+	}
 	var buf []byte // writeSSE's scratch
-	g.pump(ctx, events, errc, bw, flush, func(ev protocol.Event) bool {
+	if g.pump(ctx, events, errc, bw, flush, func(ev protocol.Event) bool {
 		buf = writeSSE(bw, ev, buf)
-		return false
+		if !untilIdle || ev.Index <= index {
+			return false
+		}
+		if err := protocol.Fold(st.AI, ev); err != nil {
+			g.opts.Logger.WarnContext(ctx, "gateway: a stream cannot fold an event", "session", session, "index", ev.Index, "err", err)
+			return false
+		}
+		return sessionIdle(st.AI)
 	}, func(err error) {
 		g.opts.Logger.WarnContext(ctx, "gateway: a stream's subscription failed", "err", err)
 		_, _ = bw.WriteString(": error " + oneLine(classify(err).Message) + "\n\n")
-	})
+	}) {
+		_, _ = bw.WriteString(": idle\n\n")
+		_ = flush()
+	}
+}
+
+// sessionIdle reports whether nothing runs or waits in a session: no turn,
+// no generation request, no queued input (unless the inbox is paused), no
+// command awaiting its decision.
+func sessionIdle(s *protocol.AIState) bool {
+	return s.Active == nil && s.ActiveRequestID == "" && len(s.PendingQueueCommands) == 0 &&
+		(len(s.Inbox.Items) == 0 || s.Inbox.Paused)
 }
 
 // startSSE answers 200 with the headers of a server-sent event stream and

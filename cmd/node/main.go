@@ -17,7 +17,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -368,7 +367,6 @@ func printBanner(out io.Writer, base string, cfg config, p providers) {
 	if nodeGC != (gctune.Settings{}) {
 		memory = gcDescription(nodeGC)
 	}
-	id := "msg-" + rand.Text()[:10]
 	sessions := base + "/v1/agents/" + defaultAgent + "/sessions/hello"
 	if cfg.cluster.role == cluster.RoleMember || cfg.cluster.role == cluster.RoleGateway {
 		where = cfg.cluster.describe(where)
@@ -384,13 +382,15 @@ func printBanner(out io.Writer, base string, cfg config, p providers) {
 Chat with it from another terminal:
   go run ./cmd/node chat --url %s
 
-Or with curl: send a message, then watch the answer stream in
+Or with curl: send a message (a fresh ID each time), then watch the log
+until the session is idle
+  id=msg-$(date +%%s%%N)
   curl -s %s/events -H 'Content-Type: application/json' \
-    -d '{"events":[{"id":"%s","type":"ai.control.requested","payload":{"action":"send","message":{"id":"%s","role":"user","parts":[{"type":"text","text":"What time is it?"}]}}}]}'
-  curl -N %s/stream
+    -d '{"events":[{"id":"'$id'","type":"ai.control.requested","payload":{"action":"send","message":{"id":"'$id'","role":"user","parts":[{"type":"text","text":"What time is it?"}]}}}]}'
+  curl -sN '%s/stream?until=idle'
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
-`, base, defaultAgent, p.model, p.name, where, admin, memory, cfg.telemetry, base, sessions, id, id, sessions)
+`, base, defaultAgent, p.model, p.name, where, admin, memory, cfg.telemetry, base, sessions, sessions)
 }
 
 // nodeTools are the agent's tools: the demo tools, and in test mode

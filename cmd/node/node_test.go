@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -91,7 +92,7 @@ func (n *runningNode) stop(t *testing.T) {
 func TestNodeFirstConversation(t *testing.T) {
 	n := startNode(t, config{demoDelay: 0})
 	banner := n.out.String()
-	for _, want := range []string{n.url, "model:  demo", "curl -s " + n.url + "/v1/agents/assistant/sessions/hello/events", "curl -N", "go run ./cmd/node chat"} {
+	for _, want := range []string{n.url, "model:  demo", "curl -s " + n.url + "/v1/agents/assistant/sessions/hello/events", "curl -sN", "stream?until=idle", "go run ./cmd/node chat"} {
 		if !strings.Contains(banner, want) {
 			t.Fatalf("the banner lacks %q:\n%s", want, banner)
 		}
@@ -339,5 +340,56 @@ func TestSecondNodeOnTheSameDataDirectory(t *testing.T) {
 	out := runUntilExit(t, "a second node on the same --data", "--data", dir, "--script", script)
 	if !strings.Contains(out, "another node is using the data directory "+dir) || strings.Contains(out, "resource temporarily unavailable") {
 		t.Fatalf("the second node said:\n%s", out)
+	}
+}
+
+// The README's curl commands work on a node, twice in a row: the second
+// run sends a new message (a fresh ID), and the bounded stream returns
+// once the session is idle.
+func TestREADMECommandsRunTwice(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash is not installed; run: go test ./cmd/node -run TestREADMECommandsRunTwice")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed (apt-get install curl); run: go test ./cmd/node -run TestREADMECommandsRunTwice")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "### With curl")
+	if !ok {
+		t.Fatal("the README has no section \"### With curl\"")
+	}
+	_, block, _ := strings.Cut(rest, "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !strings.Contains(block, "curl") {
+		t.Fatalf("no curl in the README's block:\n%s", block)
+	}
+	n := startNode(t, config{demoDelay: time.Millisecond})
+	script := "set -eu\n" + strings.ReplaceAll(block, "http://127.0.0.1:8080", n.url)
+	for run := 1; run <= 2; run++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, "bash", "-c", script).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d of the README's commands: %v\n%s", run, err, out)
+		}
+		for _, want := range []string{`"index":`, "event: ai.generation.completed", ": idle"} {
+			if !strings.Contains(string(out), want) {
+				t.Fatalf("run %d printed no %q:\n%s", run, want, out)
+			}
+		}
+		if strings.Contains(string(out), `"error":{`) {
+			t.Fatalf("run %d printed an error:\n%s", run, out)
+		}
+	}
+	c, _ := client.New(n.url, defaultAgent, client.Options{})
+	st, _, err := c.State(context.Background(), "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if users := len(st.AI.Messages) / 2; users != 2 || st.AI.Messages[2].Role != protocol.RoleUser {
+		t.Fatalf("after two runs the session has %d messages, want two turns", len(st.AI.Messages))
 	}
 }

@@ -28,8 +28,14 @@ import (
 const ModelID = "demo"
 
 // DefaultWordDelay is the pause before each streamed word: slow enough to
-// watch the answer arrive, fast enough not to bore.
-const DefaultWordDelay = 30 * time.Millisecond
+// watch the answer arrive and to steer, queue behind or stop it by hand
+// while it streams (a tool answer's first step takes about three seconds),
+// fast enough not to bore.
+const DefaultWordDelay = 80 * time.Millisecond
+
+// whileTool is what the first step of a tool answer says after naming the
+// tool: the moment to try the commands on a streaming answer.
+const whileTool = " While this step streams, try the commands: /steer sends a note that takes over after this step, a plain message waits in the inbox, /pause now holds the turn and /stop ends it where you see it."
 
 // The names of the tools the model calls when the request offers them;
 // package tools/demotools defines tools of these names (the node gives
@@ -88,11 +94,11 @@ func decide(req harness.Request) reply {
 	}
 	if expr := findExpression(text); expr != "" && offers[ToolCalculator] {
 		in, _ := json.Marshal(map[string]string{"expression": expr})
-		return reply{text: "Let me calculate " + expr + " with the calculator tool.",
+		return reply{text: "Let me calculate " + expr + " with the calculator tool." + whileTool,
 			calls: []toolCall{{name: ToolCalculator, input: in}}}
 	}
 	if asksTime.MatchString(lower) && offers[ToolCurrentTime] {
-		return reply{text: "Let me check the clock with the current_time tool.",
+		return reply{text: "Let me check the clock with the current_time tool." + whileTool,
 			calls: []toolCall{{name: ToolCurrentTime, input: json.RawMessage(`{}`)}}}
 	}
 	return reply{text: chat(text, lower, offers)}
