@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/catalog"
 	"github.com/a2-runtime/a2/harness/script"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
@@ -513,6 +514,8 @@ func TestMetadataDiscoveryOnlyWhenAThresholdIsNeeded(t *testing.T) {
 					return tc.choice, nil
 				}
 			})
+			// A catalog that is never reached: the request is what counts.
+			f.rt.opts.Catalog = CatalogCache{Source: "http://127.0.0.1:1/catalog.json", Cache: &catalog.Cache{}}
 			f.push("s1", protocol.Inputs.Text("m1", "hi"))
 			st := f.waitFor("s1", "the turn's end", idle)
 			if lastText(st) != "ok" || st.Error != nil {

@@ -417,7 +417,7 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 		return nil, 0, err
 	}
 	if b == nil {
-		return a.contract.NewState(), 0, nil
+		return newSessionState(a, session), 0, nil
 	}
 	st, err := a.contract.UnmarshalState(b)
 	if err != nil {
@@ -433,8 +433,16 @@ func (r *Runtime) StateJSON(ctx context.Context, agentName, session string) ([]b
 	if err != nil || b != nil {
 		return b, index, err
 	}
-	b, err = a.contract.NewState().MarshalJSON()
+	b, err = newSessionState(a, session).MarshalJSON()
 	return b, 0, err
+}
+
+// newSessionState is the state of a session nobody wrote to: the initial
+// state, with the session's ID, so that it has the fields of any other.
+func newSessionState(a *Agent, session string) *protocol.SessionState {
+	st := a.contract.NewState()
+	st.AI.Session.ID = session
+	return st
 }
 
 // state returns the session's state as JSON, nil for a session nobody

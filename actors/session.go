@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -656,6 +657,15 @@ func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
 	}
 	pushes := s.queue
 	s.queue = nil
+	if s.index == 0 && s.state.AI.Session.Status == protocol.SessionStatusNew && (len(pushes) > 0 || len(s.workQueue) > 0) {
+		// The session's first write creates it: the runtime is the trusted
+		// server code that appends ai.session.created (R-STATE-12,
+		// R-INPUT-18), in the same write, so session.status is open from
+		// the session's first event on.
+		if err := add(protocol.Event{ID: protocol.DeriveID("session-created", s.id), Type: protocol.TypeSessionCreated, Payload: json.RawMessage(`{}`)}); err != nil {
+			return nil, pushes, err
+		}
+	}
 	for _, p := range pushes {
 		start := len(batch)
 		for _, ev := range p.events {

@@ -132,7 +132,7 @@ func TestSessionOptimisticSend(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if len(r.res.Events) != 1 || r.res.Events[0].ID != sentID || r.res.Events[0].Index != 1 {
+	if len(r.res.Events) != 1 || r.res.Events[0].ID != sentID || r.res.Events[0].Index != 2 { // after ai.session.created
 		t.Fatalf("the send resolved to %+v", r.res.Events)
 	}
 	select {
@@ -340,7 +340,7 @@ func TestSessionContractState(t *testing.T) {
 		t.Fatal(err)
 	}
 	for ch := s.Changed(); ; ch = s.Changed() {
-		if _, index := s.Confirmed(); index == 1 {
+		if _, index := s.Confirmed(); index == 2 { // ai.session.created, then the event
 			break
 		}
 		select {

@@ -35,7 +35,8 @@ func TestFirstConversation(t *testing.T) {
 		t.Fatalf("healthz: %d %q", status, b)
 	}
 	out := f.push("s1", protocol.Inputs.Text("m1", "Hi"))
-	if len(out) != 1 || out[0] != (pushed{ID: "m1", Type: protocol.TypeControlRequested, Index: 1}) {
+	// Index 2: the session's first write starts with ai.session.created.
+	if len(out) != 1 || out[0] != (pushed{ID: "m1", Type: protocol.TypeControlRequested, Index: 2}) {
 		t.Fatalf("push answered %+v", out)
 	}
 	st, index := f.waitState("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
@@ -46,7 +47,7 @@ func TestFirstConversation(t *testing.T) {
 		t.Fatalf("receipt %+v", st.Receipt)
 	}
 	all := f.history("s1")
-	if uint64(len(all)) != index || all[0].ID != "m1" || all[0].Session != "s1" || all[len(all)-1].Index != index {
+	if uint64(len(all)) != index || all[0].Type != protocol.TypeSessionCreated || all[1].ID != "m1" || all[1].Session != "s1" || all[len(all)-1].Index != index {
 		t.Fatalf("history of %d events, state at %d", len(all), index)
 	}
 	for i, ev := range all {
@@ -202,7 +203,7 @@ func TestAuthorize(t *testing.T) {
 		}
 	}
 	f.waitState("s1", "idle", idle)
-	if got := f.history("s1"); len(got) < int(before) || got[0].ID != "m1" {
+	if got := f.history("s1"); len(got) < int(before) || got[1].ID != "m1" {
 		t.Fatalf("the log lost events: %d, was %d", len(got), before)
 	}
 	for _, ev := range f.history("s1") {
@@ -485,5 +486,38 @@ func TestStreamUntilIdle(t *testing.T) {
 	}
 	if _, index := f.state("s1"); !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) {
 		t.Fatalf("the bounded stream ended before the log's last event %d", index)
+	}
+}
+
+// The state of a session nobody wrote to has the fields of any other, and
+// a written session's status settles at open (the runtime creates it in
+// its first write).
+func TestEmptyStateHasEveryField(t *testing.T) {
+	f := newFixture(t, `{"default":{"text":"ok"}}`, gateway.Options{}, nil)
+	raw := func(session string) map[string]json.RawMessage {
+		status, b := f.do(http.MethodGet, sessionsPath+session+"/state", "", nil)
+		if status != http.StatusOK {
+			t.Fatalf("state: %d %s", status, b)
+		}
+		var out struct{ State map[string]json.RawMessage }
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.State
+	}
+	f.push("s1", protocol.Inputs.Text("m1", "hi"))
+	st, _ := f.waitState("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+	if st.Session.Status != protocol.SessionStatusOpen || st.Session.ID != "s1" {
+		t.Fatalf("a written session's session is %+v, want s1 open", st.Session)
+	}
+	written, empty := raw("s1"), raw("nobody")
+	for k := range written {
+		if _, ok := empty[k]; !ok {
+			t.Errorf("the empty session's state lacks %q", k)
+		}
+	}
+	var session protocol.SessionInfo
+	if err := json.Unmarshal(empty["session"], &session); err != nil || session.ID != "nobody" || session.Status != protocol.SessionStatusNew {
+		t.Fatalf("the empty session's session is %s (%v), want nobody, new", empty["session"], err)
 	}
 }

@@ -69,7 +69,9 @@ func TestTraceOfATurnWithTwoToolCalls(t *testing.T) {
 	if r := tt.Attr(server, "http.route").AsString(); r != "/v1/agents/{agent}/sessions/{session}/events" {
 		t.Fatalf("http.route %q, want the route's pattern", r)
 	}
-	push := one(telemetry.SpanPush, tt.Children(spans, server))
+	// The runtime's push: a child of the server span on a single node, of
+	// the member's a2.cluster.serve through the cluster's router.
+	push := one(telemetry.SpanPush, spans)
 	admit := one(telemetry.SpanAdmit, tt.Children(spans, push))
 	if tt.Attr(admit, telemetry.AttrDecisions).AsStringSlice()[0] != protocol.OutcomeApplied {
 		t.Fatalf("the admit span's decisions are %v, want the send applied", tt.Attr(admit, telemetry.AttrDecisions).AsStringSlice())

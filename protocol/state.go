@@ -83,7 +83,7 @@ type AIState struct {
 	Error *ErrorInfo       `json:"error"`
 	// Calibration is the previous same-model completion's prompt size and
 	// reported input tokens; a retry or a compaction drops it (R-COMPACT-20).
-	Calibration *Calibration `json:"calibration,omitempty"`
+	Calibration *Calibration `json:"calibration"`
 	// ActiveGeneration is the started generation of the active response
 	// (R-STATE-18).
 	ActiveGeneration *ActiveGeneration `json:"activeGeneration"`
@@ -101,8 +101,8 @@ type AIState struct {
 	ResponseOwners map[string]Owner `json:"responseOwners"`
 	// TerminalRequestIDs and TerminalGenerations are fences kept across
 	// snapshots and recovery (R-STATE-25).
-	TerminalRequestIDs  map[string]bool   `json:"terminalRequestIds,omitempty"`
-	TerminalGenerations map[string]string `json:"terminalGenerations,omitempty"`
+	TerminalRequestIDs  map[string]bool   `json:"terminalRequestIds"`
+	TerminalGenerations map[string]string `json:"terminalGenerations"`
 }
 
 // Inbox is the durable queue of pending inputs.
@@ -173,7 +173,7 @@ type PendingCommand struct {
 
 // SessionInfo is the session lifecycle.
 type SessionInfo struct {
-	ID     string `json:"id,omitempty"`
+	ID     string `json:"id"`
 	Status string `json:"status"` // "new", "open" or "closed"
 }
 

@@ -392,4 +392,14 @@ func TestREADMECommandsRunTwice(t *testing.T) {
 	if users := len(st.AI.Messages) / 2; users != 2 || st.AI.Messages[2].Role != protocol.RoleUser {
 		t.Fatalf("after two runs the session has %d messages, want two turns", len(st.AI.Messages))
 	}
+	// The fields settle: the session is open, and the demo model (which
+	// needs no catalog lookup) has no metadata entry left pending.
+	if st.AI.Session.Status != protocol.SessionStatusOpen {
+		t.Fatalf("session.status is %q after two turns, want open", st.AI.Session.Status)
+	}
+	for model, md := range st.AI.ModelMetadata {
+		if md.Status == protocol.MetadataPending {
+			t.Fatalf("modelMetadata[%q] stays pending", model)
+		}
+	}
 }
