@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -62,7 +63,7 @@ func runChat(ctx context.Context, args []string, getenv func(string) string, std
 	s, err := c.Open(openCtx, *session)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("cannot open session %q at %s (is the node running? go run ./cmd/node): %w", *session, *url, err)
+		return openError(*session, *url, *agent, err)
 	}
 	defer s.Close()
 	if !*plain && isTerminal(stdin) && isTerminal(stdout) {
@@ -293,4 +294,18 @@ func (r *renderer) note(s string) {
 func isTerminal(f any) bool {
 	file, ok := f.(*os.File)
 	return ok && term.IsTerminal(file.Fd())
+}
+
+// openError says why chat could not open its session, in words a person
+// can act on: the node answered (its message, which names the problem), or
+// it did not (it is probably not running).
+func openError(session, url, agent string, err error) error {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		if ce.Status == http.StatusNotFound && ce.Field == "agent" {
+			return fmt.Errorf("the node at %s has no agent %q (the node's own agent is %q; choose with --agent)", url, agent, defaultAgent)
+		}
+		return fmt.Errorf("the node at %s refused session %q: %s", url, session, ce.Message)
+	}
+	return fmt.Errorf("cannot reach the node at %s (is it running? go run ./cmd/node; another address: --url): %w", url, err)
 }

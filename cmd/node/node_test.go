@@ -172,8 +172,14 @@ func TestChat(t *testing.T) {
 	}
 	// A node that is not there is an error that says so.
 	err = runCommand(ctx, []string{"chat", "--url", "http://127.0.0.1:1"}, func(string) string { return "" }, strings.NewReader(""), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "is the node running?") {
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the node at http://127.0.0.1:1 (is it running?") {
 		t.Fatalf("chat without a node: %v", err)
+	}
+	// An agent the node lacks is named as such, not taken for a missing
+	// node, and with no Go package prefix.
+	err = runCommand(ctx, []string{"chat", "--url", n.url, "--agent", "nope"}, func(string) string { return "" }, strings.NewReader(""), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `has no agent "nope"`) || strings.Contains(err.Error(), "actors:") {
+		t.Fatalf("chat with an unknown agent: %v", err)
 	}
 }
 
