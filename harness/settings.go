@@ -99,6 +99,9 @@ func ModelFunc(f func(context.Context, ResolverContext) (ModelSettings, error)) 
 	return ModelOption{resolve: f}
 }
 
+// IsZero reports whether o names no model (neither an ID nor a resolver).
+func (o ModelOption) IsZero() bool { return o.static == nil && o.resolve == nil }
+
 // Validate checks a static model at construction (R-GEN-20).
 func (o ModelOption) Validate() error {
 	switch {

@@ -44,6 +44,7 @@ import (
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/catalog"
 	"github.com/a2-runtime/a2/harness/demo"
+	"github.com/a2-runtime/a2/harness/providers"
 	"github.com/a2-runtime/a2/harness/script"
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
@@ -220,7 +221,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	p := selectProviders(getenv, cfg.model, sc, cfg.demoDelay)
+	p := providers.FromEnv(getenv, cfg.model, sc, cfg.demoDelay)
 
 	tcfg, err := telemetry.FromEnv(getenv)
 	if err != nil {
@@ -256,8 +257,8 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 
 	agent, err := actors.NewAgent(actors.AgentOptions{
 		Name:         defaultAgent,
-		Model:        harness.ModelID(p.model),
-		Models:       p.providerFor,
+		Model:        harness.ModelID(p.Model()),
+		Models:       p.For,
 		Instructions: harness.Instructions(instructions),
 		Tools:        nodeTools(sc != nil),
 		Harness:      actors.HarnessOptions{StepTimeout: cfg.stepTimeout},
@@ -285,7 +286,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		// lines are not a node operator's business.
 		rtLogger := levelfilter.New(logger, runtimeLevel(cfg.logLevel))
 		ropts := actors.Options{Logger: rtLogger, Meter: tel.MeterProvider()}
-		if p.real() && cfg.catalog != "" && cfg.catalog != "off" {
+		if p.Real() && cfg.catalog != "" && cfg.catalog != "off" {
 			ropts.Catalog = actors.CatalogCache{Source: cfg.catalog, Cache: &catalog.Cache{}}
 		}
 		if cfg.cluster.role == cluster.RoleMember {
@@ -313,8 +314,8 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	}
 
 	gopts := gateway.Options{AdminToken: cfg.adminToken, Logger: logger, HeartbeatInterval: cfg.heartbeat}
-	if p.script != nil && cfg.cluster.role != cluster.RoleGateway {
-		gopts.Gates = p.script
+	if p.Script() != nil && cfg.cluster.role != cluster.RoleGateway {
+		gopts.Gates = p.Script()
 	}
 	if node != nil {
 		gopts.ClusterStatus = func() any { return node.Status() }
@@ -351,7 +352,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 }
 
 // printBanner tells a newcomer where the node is and what to do next.
-func printBanner(out io.Writer, base string, cfg config, p providers) {
+func printBanner(out io.Writer, base string, cfg config, p *providers.Set) {
 	admin := "disabled (set --admin-token or A2_ADMIN_TOKEN to enable trusted appends)"
 	if cfg.adminToken != "" {
 		admin = "enabled at /v1/admin/..."
@@ -390,7 +391,7 @@ until the session is idle
   curl -sN '%s/stream?until=idle'
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
-`, base, defaultAgent, p.model, p.name, where, admin, memory, cfg.telemetry, base, sessions, sessions)
+`, base, defaultAgent, p.Model(), p.Name(), where, admin, memory, cfg.telemetry, base, sessions, sessions)
 }
 
 // nodeTools are the agent's tools: the demo tools, and in test mode

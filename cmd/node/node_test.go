@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -269,52 +268,6 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 	}
 	if err := runCommand(context.Background(), []string{"demo", "--quiet"}, getenv, nil, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// The provider keys in the environment choose the default model; a model
-// ID is routed to the provider that serves it; with no key the demo model
-// answers.
-func TestProviderSelection(t *testing.T) {
-	cases := []struct {
-		env       map[string]string
-		model     string
-		wantModel string
-		route     map[string]string // model ID -> provider name ("" = error)
-	}{
-		{nil, "", "demo", map[string]string{"demo": "demo", "gpt-4o": ""}},
-		{map[string]string{"OPENAI_API_KEY": "k"}, "", defaultOpenAIModel, map[string]string{"gpt-4o": "openai", "demo": "demo"}},
-		{map[string]string{"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"}, "llama3.2", "llama3.2", map[string]string{"llama3.2": "openai"}},
-		{map[string]string{"AI_GATEWAY_API_KEY": "k"}, "", defaultGatewayModel, map[string]string{"anthropic/claude-sonnet-4": "gateway", "gpt-4o": "gateway"}},
-		{map[string]string{"ANTHROPIC_API_KEY": "k"}, "", defaultAnthropicModel, map[string]string{"claude-sonnet-4-0": "anthropic", "gpt-4o": "anthropic"}},
-		{map[string]string{"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, "claude-sonnet-4-0", "claude-sonnet-4-0", map[string]string{"claude-sonnet-4-0": "anthropic", "gpt-4o": "openai"}},
-		{map[string]string{"OPENAI_API_KEY": "k"}, "demo", "demo", map[string]string{"demo": "demo"}},
-	}
-	for i, tc := range cases {
-		p := selectProviders(func(k string) string { return tc.env[k] }, tc.model, nil, 0)
-		if p.model != tc.wantModel || p.real() != (tc.wantModel != "demo") {
-			t.Errorf("case %d: model %q (real %v), want %q", i, p.model, p.real(), tc.wantModel)
-		}
-		for id, want := range tc.route {
-			m, err := p.providerFor(id)
-			got := ""
-			switch {
-			case err != nil:
-			case m == p.demo:
-				got = "demo"
-			case p.openai != nil && m == p.openai:
-				got = "openai"
-			case p.gateway != nil && m == p.gateway:
-				got = "gateway"
-			case p.anthropic != nil && m == p.anthropic:
-				got = "anthropic"
-			default:
-				got = fmt.Sprintf("%T", m)
-			}
-			if got != want {
-				t.Errorf("case %d: %q goes to %q, want %q (%v)", i, id, got, want, err)
-			}
-		}
 	}
 }
 
