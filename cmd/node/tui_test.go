@@ -25,7 +25,9 @@ const tuiScript = `{"replies":[
 	{"match":"steering","text":"Steered, as asked."},
 	{"match":"flaky","text":"Partial","error":"provider overloaded"},
 	{"match":"flaky","text":"Recovered after the retry."},
-	{"match":"queued","text":"The queued one, answered."}
+	{"match":"queued","text":"The queued one, answered."},
+	{"match":"again","text":"Parked until released","gate":"again"},
+	{"match":"beta edited","text":"Beta, as edited."}
 ],"default":{"text":"A plain answer."}}`
 
 var ansiRE = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
@@ -126,8 +128,42 @@ func TestTUI(t *testing.T) {
 	line("/resume")
 	waitScreen(t, scr.get, "resume: applied", "queued while paused")
 
+	// The inbox from the keyboard, behind a held answer: move, edit,
+	// remove; what is left runs once the turn is stopped.
+	line("hold again")
+	waitScreen(t, scr.get, "Parked", "streaming")
+	line("/queue alpha")
+	waitScreen(t, scr.get, "1. alpha")
+	line("/queue beta")
+	waitScreen(t, scr.get, "queued (2)", "2. beta")
+	key := func(k tea.KeyPressMsg) { tm.Send(k) }
+	key(tea.KeyPressMsg{Code: tea.KeyTab})
+	waitScreen(t, scr.get, "↑↓ select")
+	key(tea.KeyPressMsg{Code: tea.KeyDown})
+	tm.Type("K")
+	waitScreen(t, scr.get, "1. beta", "2. alpha", "move: applied")
+	tm.Type("e") // beta, the first now, into the input line
+	waitScreen(t, scr.get, "editing the queued message")
+	line(" edited")
+	waitScreen(t, scr.get, "1. beta edited", "edit: applied")
+	key(tea.KeyPressMsg{Code: tea.KeyTab})
+	key(tea.KeyPressMsg{Code: tea.KeyDown})
+	tm.Type("d") // alpha
+	waitScreen(t, scr.get, "remove: applied", "queued (1)")
+	key(tea.KeyPressMsg{Code: tea.KeyEscape})
+	line("/stop")
+	waitScreen(t, scr.get, "Beta, as edited.")
+	for _, m := range s.State().Messages {
+		if messageText(m.Parts) == "alpha" {
+			t.Fatal("the removed message ran")
+		}
+	}
+
 	line("flaky please")
 	waitScreen(t, scr.get, "the answer failed:", "provider overloaded", "/retry runs it again")
+	if strings.Contains(scr.get(), "script:") {
+		t.Fatalf("a Go package prefix reached the screen:\n%s", scr.get())
+	}
 	line("/retry")
 	waitScreen(t, scr.get, "retry: applied", "Recovered after the retry.")
 

@@ -233,7 +233,7 @@ func (m *Model) Stream(ctx context.Context, req harness.Request) (harness.Stream
 // ProviderError is the error of a scripted provider failure.
 type ProviderError struct{ Message string }
 
-func (e *ProviderError) Error() string { return "script: provider error: " + e.Message }
+func (e *ProviderError) Error() string { return "the provider failed: " + e.Message }
 
 type planned struct {
 	chunk protocol.UIMessageChunk
