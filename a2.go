@@ -125,9 +125,6 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 	if ropts.Logger == nil {
 		ropts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if ropts.Meter == nil {
-		ropts.Meter = tel.MeterProvider()
-	}
 	rt, err := actors.New(store, agents, ropts)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/a2-runtime/a2/harness"
@@ -356,9 +357,16 @@ func stamps(out []time.Time, payload []byte) []time.Time {
 // BenchmarkSimpleTurn reports the synced writes one simple text turn costs
 // from send to completion: the first turn of a new session, which also
 // claims the session for its agent (owner.go), and the next turn in it.
-func BenchmarkSimpleTurn(b *testing.B) {
+func BenchmarkSimpleTurn(b *testing.B) { benchSimpleTurn(b, nil) }
+
+// BenchmarkSimpleTurnInMemory is the simple turn on Pebble's in-memory
+// filesystem: no fsync, so that its CPU per turn is the runtime's alone,
+// steady enough to compare a few per cent (telemetry's cost, say).
+func BenchmarkSimpleTurnInMemory(b *testing.B) { benchSimpleTurn(b, vfs.NewMem()) }
+
+func benchSimpleTurn(b *testing.B, fs vfs.FS) {
 	dir := b.TempDir()
-	st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{Logger: quietPebble{}})
+	st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{FS: fs, Logger: quietPebble{}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -369,21 +377,25 @@ func BenchmarkSimpleTurn(b *testing.B) {
 	rt, _ := New(cs, []*Agent{a}, benchOptions(b, Options{SnapshotEvery: -1}))
 	defer func() { rt.Close(); _ = st.Close() }()
 	ctx := context.Background()
+	// The turn's end is awaited on the session's live stream, not by
+	// polling its state, so that the CPU per turn is the turn's.
+	last := map[string]uint64{}
 	turn := func(session, id string, messages int) int64 {
 		before := cs.appends.Load()
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		events, errc := rt.Subscribe(sctx, "assistant", session, last[session])
 		if _, err := rt.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text(id, "hi")}, false); err != nil {
 			b.Fatal(err)
 		}
-		for {
-			s, _, err := rt.State(ctx, "assistant", session)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if s.AI.Active == nil && len(s.AI.Messages) == messages {
+		for ev := range events {
+			last[session] = ev.Index
+			if ev.Type == protocol.TypeGenerationCompleted {
 				return cs.appends.Load() - before
 			}
-			time.Sleep(100 * time.Microsecond)
 		}
+		b.Fatalf("the stream ended before the turn: %v", <-errc)
+		return 0
 	}
 	b.ResetTimer()
 	cpu0 := processCPU()
@@ -557,12 +569,16 @@ func BenchmarkStartupWithAMillionIdleSessions(b *testing.B) {
 }
 
 // benchOptions turns telemetry on for a benchmark when A2_BENCH_TELEMETRY
-// is "on": every trace recorded and every metric aggregated, protoactor's
-// included, exported in process to exporters that drop them
-// (telemetrytest.InstallDiscarding). Reported as telemetry (1 on, 0 off).
+// is "on": every trace recorded and every metric aggregated, exported in
+// process to exporters that drop them (telemetrytest.InstallDiscarding);
+// A2_BENCH_ACTOR_METRICS=on adds protoactor's own actor metrics (the
+// node's --actor-metrics). Reported as telemetry (1 on, 0 off).
 func benchOptions(b *testing.B, o Options) Options {
 	if os.Getenv("A2_BENCH_TELEMETRY") == "on" {
-		o.Meter = telemetrytest.InstallDiscarding(b)
+		mp := telemetrytest.InstallDiscarding(b)
+		if os.Getenv("A2_BENCH_ACTOR_METRICS") == "on" {
+			o.Meter = mp // protoactor's own metrics too
+		}
 		b.ReportMetric(1, "telemetry")
 		return o
 	}

@@ -302,8 +302,8 @@ func (s *sessionActor) laneEvents() []protocol.Event {
 	var out []protocol.Event
 	max := s.agent.progress.MaxChunks
 	for gen, l := range s.lanes {
-		if l.span != nil && (l.startedEv != nil || len(l.pre) > 0 || len(l.chunks) > 0 || l.end != nil) {
-			s.trace.writeCauses = append(s.trace.writeCauses, l.span.SpanContext())
+		if l.span != nil && (l.startedEv != nil || len(l.pre) > 0 || len(l.chunks) > 0) {
+			s.trace.writeSpans = append(s.trace.writeSpans, l.span)
 		}
 		if l.startedEv != nil {
 			l.startedEv.Cause = l.request
@@ -341,9 +341,9 @@ func (s *sessionActor) laneEvents() []protocol.Event {
 						InputTokenEstimate: e.estimate, InputBytes: e.bytes}), Cause: l.request})
 			}
 			if e.failure != "" {
-				endGeneration(l, "failed", "", e.failure)
+				s.endGenerationAfterWrite(l, "failed", e.failure)
 			} else {
-				endGeneration(l, "completed", "", "")
+				s.endGenerationAfterWrite(l, "completed", "")
 			}
 			s.ctx.Stop(l.pid)
 			delete(s.lanes, gen)

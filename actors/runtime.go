@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/a2-runtime/a2/actors/sessionpb"
@@ -383,8 +382,8 @@ func (r *Runtime) Push(ctx context.Context, agentName, session string, events []
 		}
 		seen[ev.ID] = true
 	}
-	ctx, span := telemetry.Start(ctx, telemetry.SpanPush)
-	defer span.End()
+	// The caller's span (the HTTP request's, a tool's) continues in the
+	// session actor's admit span: the push has no span of its own.
 	req := &sessionpb.PushRequest{Agent: agentName, Session: session, Trusted: trusted, Trace: telemetry.Inject(ctx)}
 	for _, ev := range events {
 		ev.Session = session
@@ -392,17 +391,11 @@ func (r *Runtime) Push(ctx context.Context, agentName, session string, events []
 	}
 	res, err := r.request(ctx, a, session, req)
 	if err != nil {
-		telemetry.Fail(span, CodeOf(err), err)
 		return nil, err
 	}
 	resp := res.(*sessionpb.PushResponse)
 	if resp.Error != nil {
-		err := fromPBError(resp.Error)
-		telemetry.Fail(span, resp.Error.Code, err)
-		return nil, err
-	}
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String(telemetry.GenAIConversationID, session), attribute.Int(telemetry.AttrEventCount, len(events)))
+		return nil, fromPBError(resp.Error)
 	}
 	return fromPBs(resp.Events), nil
 }

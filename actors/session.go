@@ -274,6 +274,9 @@ func (s *sessionActor) Receive(c actor.Context) {
 			o, reason := abortOutcome(s.childStopCause())
 			endGeneration(l, o, reason, "")
 		}
+		for _, f := range s.takeWriteTrace(nil).after {
+			f() // spans whose write will not happen
+		}
 		s.endTurn("session stopped")
 		if s.stopHandlers != nil {
 			s.stopHandlers(cause)
@@ -571,6 +574,9 @@ func (s *sessionActor) tryFlush() {
 	}
 	recycleChunkBufs(spent)
 	if len(batch) == 0 {
+		for _, f := range s.takeWriteTrace(nil).after {
+			f()
+		}
 		s.replyPushes(pushes, nil)
 		return
 	}
@@ -584,9 +590,9 @@ func (s *sessionActor) tryFlush() {
 	// it goes into the store's work index with it.
 	work := s.hasWork()
 	opts := persistence.AppendOptions{Work: &work, Epoch: s.lease.Epoch}
-	span, began, n := s.writeSpan(pushes, batch), time.Now(), len(batch)
+	wt, began, n := s.takeWriteTrace(pushes), time.Now(), len(batch)
 	done := func(stored []protocol.Event, err error) {
-		endWrite(span, began, n, stored, err)
+		endWrite(wt, began, n, stored, err)
 		if err != nil && logger.Enabled(context.Background(), slog.LevelDebug) {
 			ids := make([]string, len(batch))
 			for i, ev := range batch {

@@ -157,8 +157,8 @@ func (s *sessionActor) claim(w protocol.Work) {
 		Payload: mustJSON(protocol.ToolExecutionRequested{ToolCallID: w.ToolCallID, ToolName: w.ToolName, Input: w.Input,
 			GenerationID: w.GenerationID, TurnID: w.TurnID, Version: w.Version})}
 	s.toolRuns[w.ToolCallID] = r
-	if sc := s.trace.gens[w.GenerationID]; sc.IsValid() {
-		s.trace.writeCauses = append(s.trace.writeCauses, sc) // the claim's write
+	if l := s.lanes[w.GenerationID]; l != nil && l.span != nil {
+		s.trace.writeSpans = append(s.trace.writeSpans, l.span) // the claim's write, while its step streams
 	}
 	s.queueWork(protocol.Event{ID: protocol.DeriveID("claim", s.id, w.GenerationID, w.ToolCallID, strconv.Itoa(w.Version), strconv.Itoa(attempt)), Cause: r.event.ID,
 		Type: protocol.TypeToolExecClaimed, Payload: mustJSON(protocol.ToolExecutionClaimed{ToolCallID: w.ToolCallID,
@@ -184,8 +184,7 @@ func (s *sessionActor) execute(r *toolRun) {
 	if !ok {
 		msg := "no tool named " + strconv.Quote(r.tool) + " is defined"
 		s.queueWork(s.toolDone(r.call, r.gen, r.version, r.attempt, nil, msg, false))
-		s.traceToolResult(r)
-		endTool(r, "unknown_tool", nil, errors.New(msg))
+		s.endToolAfterWrite(r, "unknown_tool", nil, errors.New(msg))
 		delete(s.toolRuns, r.call)
 		return
 	}
@@ -254,20 +253,19 @@ func (s *sessionActor) onToolEnd(m *toolEnd) {
 	}
 	s.ctx.Stop(r.pid)
 	delete(s.toolRuns, m.call)
-	s.traceToolResult(r)
 	switch {
 	case m.cancelled && s.isReport(r.tool):
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, nil, protocol.InterruptedToolError, true))
-		endTool(r, "interrupted", nil, nil)
+		s.endToolAfterWrite(r, "interrupted", nil, nil)
 	case m.cancelled:
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, nil, "cancelled", false))
-		endTool(r, "cancelled", nil, nil)
+		s.endToolAfterWrite(r, "cancelled", nil, nil)
 	case m.err != nil:
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, nil, m.err.Error(), false))
-		endTool(r, "failed", nil, m.err)
+		s.endToolAfterWrite(r, "failed", nil, m.err)
 	default:
 		s.queueWork(s.toolDone(m.call, r.gen, m.version, m.attempt, m.output, "", false))
-		endTool(r, "completed", m.output, nil)
+		s.endToolAfterWrite(r, "completed", m.output, nil)
 	}
 	s.flushSoon()
 }

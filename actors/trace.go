@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -47,9 +49,11 @@ type sessionTrace struct {
 	causeOf map[string]trace.SpanContext
 	inputs  map[string]trace.SpanContext
 	gens    map[string]trace.SpanContext
-	// writeCauses are the spans of what joins the next write besides
-	// pushes: lanes and tool results.
-	writeCauses []trace.SpanContext
+	// writeSpans are the live spans of what joins the next write besides
+	// pushes (lanes, tool results); afterWrite ends the spans whose last
+	// write that is, once it is durable.
+	writeSpans []trace.Span
+	afterWrite []func()
 }
 
 // maxTraceEntries bounds each map: entries for inputs that are never
@@ -76,20 +80,18 @@ func (s *sessionActor) admitSpan(m *sessionpb.PushRequest, events []protocol.Eve
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return nil
 	}
-	_, span := telemetry.Start(ctx, telemetry.SpanAdmit)
-	if !span.IsRecording() {
-		return span
-	}
 	types := make([]string, len(events))
 	for i, ev := range events {
 		types[i] = ev.Type
 	}
-	span.SetAttributes(attribute.String(telemetry.GenAIConversationID, s.id), attribute.String(telemetry.GenAIAgentName, s.agent.Name()),
+	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs = append(attrs, attribute.String(telemetry.GenAIConversationID, s.id), attribute.String(telemetry.GenAIAgentName, s.agent.Name()),
 		attribute.StringSlice(telemetry.AttrEventTypes, types), attribute.Int(telemetry.AttrEventCount, len(events)),
 		attribute.Bool(telemetry.AttrTrusted, m.Trusted))
 	if s.lease.Epoch > 0 {
-		span.SetAttributes(attribute.Int64(telemetry.AttrLeaseEpoch, int64(s.lease.Epoch)))
+		attrs = append(attrs, attribute.Int64(telemetry.AttrLeaseEpoch, int64(s.lease.Epoch)))
 	}
+	_, span := telemetry.Start(ctx, telemetry.SpanAdmit, trace.WithAttributes(attrs...))
 	return span
 }
 
@@ -221,23 +223,39 @@ func requestReason(ai *protocol.AIState, request string) string {
 
 // endGeneration ends an attempt's span with its outcome.
 func endGeneration(l *lane, outcome, reason string, failure string) {
-	metrics := telemetry.Metrics()
-	metrics.GenDuration.Record(context.Background(), time.Since(l.began).Seconds(), metric.WithAttributes(attribute.String(telemetry.AttrOutcome, outcome)))
-	if l.span == nil {
+	finishGeneration(l.span, l.began, outcome, reason, failure)
+	l.span = nil
+}
+
+// endGenerationAfterWrite ends an attempt's span once the write of its
+// terminal event is durable: that write is the attempt's last.
+func (s *sessionActor) endGenerationAfterWrite(l *lane, outcome, failure string) {
+	span, began := l.span, l.began
+	l.span = nil
+	if span != nil {
+		s.trace.writeSpans = append(s.trace.writeSpans, span)
+	}
+	s.trace.afterWrite = append(s.trace.afterWrite, func() { finishGeneration(span, began, outcome, "", failure) })
+}
+
+func finishGeneration(span trace.Span, began time.Time, outcome, reason, failure string) {
+	telemetry.Metrics().GenDuration.Record(context.Background(), time.Since(began).Seconds(), outcomeSet(outcome))
+	if span == nil {
 		return
 	}
-	if l.span.IsRecording() {
-		l.span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
+	if span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 1, 3)
+		attrs[0] = attribute.String(telemetry.AttrOutcome, outcome)
 		if reason != "" {
-			l.span.SetAttributes(attribute.String(telemetry.AttrSupersededReason, reason))
+			attrs = append(attrs, attribute.String(telemetry.AttrSupersededReason, reason))
 		}
 		if failure != "" {
-			l.span.SetStatus(codes.Error, failure)
-			l.span.SetAttributes(attribute.String(telemetry.ErrorType, "generation_failed"))
+			span.SetStatus(codes.Error, failure)
+			attrs = append(attrs, attribute.String(telemetry.ErrorType, "generation_failed"))
 		}
+		span.SetAttributes(attrs...)
 	}
-	l.span.End()
-	l.span = nil
+	span.End()
 }
 
 // abortOutcome names why a lane was cancelled.
@@ -310,89 +328,105 @@ func (s *sessionActor) toolSpan(r *toolRun) trace.Span {
 	return startUnder(parent, telemetry.SpanExecuteTool+" "+r.tool, trace.WithAttributes(attrs...))
 }
 
+// endToolAfterWrite counts a tool attempt's execution now and ends its
+// span once the write of its result is durable.
+func (s *sessionActor) endToolAfterWrite(r *toolRun, outcome string, output json.RawMessage, err error) {
+	span := r.span
+	if span != nil {
+		s.trace.writeSpans = append(s.trace.writeSpans, span)
+	}
+	r.span = nil
+	endTool(r, outcome, output, err)
+	if span != nil {
+		r2 := *r
+		r2.span = span
+		s.trace.afterWrite = append(s.trace.afterWrite, func() { endToolSpan(&r2, outcome, output, err) })
+	}
+}
+
 // endTool ends a tool attempt's span and counts the execution.
 func endTool(r *toolRun, outcome string, output json.RawMessage, err error) {
-	telemetry.Metrics().ToolExecutions.Add(context.Background(), 1, metric.WithAttributes(
-		attribute.String(telemetry.GenAIToolName, r.tool), attribute.String(telemetry.AttrOutcome, outcome)))
+	set := toolSet(r.tool, outcome)
+	telemetry.Metrics().ToolExecutions.Add(context.Background(), 1, set)
 	if !r.began.IsZero() {
-		telemetry.Metrics().ToolDuration.Record(context.Background(), time.Since(r.began).Seconds(), metric.WithAttributes(
-			attribute.String(telemetry.GenAIToolName, r.tool), attribute.String(telemetry.AttrOutcome, outcome)))
+		telemetry.Metrics().ToolDuration.Record(context.Background(), time.Since(r.began).Seconds(), set)
 	}
+	endToolSpan(r, outcome, output, err)
+}
+
+func endToolSpan(r *toolRun, outcome string, output json.RawMessage, err error) {
 	if r.span == nil {
 		return
 	}
 	if r.span.IsRecording() {
-		r.span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
+		attrs := make([]attribute.KeyValue, 1, 3)
+		attrs[0] = attribute.String(telemetry.AttrOutcome, outcome)
 		if err != nil {
 			r.span.SetStatus(codes.Error, err.Error())
-			r.span.SetAttributes(attribute.String(telemetry.ErrorType, "tool_error"))
+			attrs = append(attrs, attribute.String(telemetry.ErrorType, "tool_error"))
 		}
 		if telemetry.CaptureContent() && len(output) > 0 {
-			r.span.SetAttributes(attribute.String(telemetry.GenAIToolResult, string(output)))
+			attrs = append(attrs, attribute.String(telemetry.GenAIToolResult, string(output)))
 		}
+		r.span.SetAttributes(attrs...)
 	}
 	r.span.End()
 	r.span = nil
 }
 
-// writeSpan starts the span of a batch write: a child of the first cause
-// in it (a push, a lane, a tool result), linked to the others. Nil when
-// nothing in the batch has a trace.
-func (s *sessionActor) writeSpan(pushes []*pendingPush, batch []protocol.Event) trace.Span {
-	causes := s.trace.writeCauses
-	s.trace.writeCauses = nil
-	var first trace.SpanContext
-	var links []trace.Link
-	add := func(sc trace.SpanContext) {
-		if !sc.IsValid() {
-			return
-		}
-		if !first.IsValid() {
-			first = sc
-			return
-		}
-		if !sc.Equal(first) {
-			links = append(links, trace.Link{SpanContext: sc})
-		}
-	}
-	for _, p := range pushes {
-		if p.span != nil {
-			add(p.span.SpanContext())
-		}
-	}
-	for _, sc := range causes {
-		add(sc)
-	}
-	if !first.IsValid() {
-		return nil
-	}
-	_, span := telemetry.Start(trace.ContextWithSpanContext(context.Background(), first), telemetry.SpanAppend,
-		trace.WithLinks(links...), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.Int(telemetry.AttrBatchSize, len(batch)), attribute.Int(telemetry.AttrBatchPushes, len(pushes)),
-			attribute.String(telemetry.GenAIConversationID, s.id)))
-	return span
+// writeTrace is what a batch write records on the spans of its causes.
+type writeTrace struct {
+	spans []trace.Span
+	after []func()
 }
 
-// endWrite ends a write's span and records the write's metrics.
-func endWrite(span trace.Span, began time.Time, n int, stored []protocol.Event, err error) {
+// takeWriteTrace collects the live spans of the next write's causes (its
+// pushes, the lanes and tool results in it) and the spans to end once it
+// is durable.
+func (s *sessionActor) takeWriteTrace(pushes []*pendingPush) writeTrace {
+	w := writeTrace{spans: s.trace.writeSpans, after: s.trace.afterWrite}
+	s.trace.writeSpans, s.trace.afterWrite = nil, nil
+	for _, p := range pushes {
+		if p.span != nil {
+			w.spans = append(w.spans, p.span)
+		}
+	}
+	return w
+}
+
+// endWrite records a write: its metrics, an a2.store.append event on each
+// cause's span (a write has many causes, and a step many writes: an event
+// each, not a span each, keeps telemetry cheap), then the spans that end
+// with it.
+func endWrite(w writeTrace, began time.Time, n int, stored []protocol.Event, err error) {
 	m := telemetry.Metrics()
 	ctx := context.Background()
-	m.AppendDuration.Record(ctx, time.Since(began).Seconds())
+	took := time.Since(began)
+	m.AppendDuration.Record(ctx, took.Seconds())
 	m.AppendBatch.Record(ctx, int64(n))
 	if err == nil {
 		m.SyncedWrites.Add(ctx, 1)
 	}
-	if span == nil {
-		return
-	}
-	if span.IsRecording() {
+	if len(w.spans) > 0 {
+		attrs := make([]attribute.KeyValue, 0, 5)
+		attrs = append(attrs, attribute.Int(telemetry.AttrBatchSize, n), attribute.Float64(telemetry.AttrStoreMillis, float64(took.Microseconds())/1000))
 		if len(stored) > 0 {
-			span.SetAttributes(attribute.Int64(telemetry.AttrLogIndex, int64(stored[0].Index)),
+			attrs = append(attrs, attribute.Int64(telemetry.AttrLogIndex, int64(stored[0].Index)),
 				attribute.Int64(telemetry.AttrLogIndexLast, int64(stored[len(stored)-1].Index)))
 		}
-		telemetry.Fail(span, "store", err)
+		if err != nil {
+			attrs = append(attrs, attribute.String(telemetry.ErrorType, "store"))
+		}
+		opt := trace.WithAttributes(attrs...)
+		for i, sp := range w.spans {
+			if !slices.Contains(w.spans[:i], sp) { // a span once per write
+				sp.AddEvent(telemetry.SpanAppend, opt)
+			}
+		}
 	}
-	span.End()
+	for _, f := range w.after {
+		f()
+	}
 }
 
 // modelCall is one model call's chat span and GenAI metrics.
@@ -403,6 +437,46 @@ type modelCall struct {
 	model   string
 	attrs   []attribute.KeyValue
 	chunked bool
+}
+
+// Metric attribute sets, made once per combination: a set per record
+// would sort and allocate on every model call, write and tool run.
+var (
+	outcomeSets sync.Map // outcome -> metric.MeasurementOption
+	toolSets    sync.Map // tool + "\x00" + outcome -> metric.MeasurementOption
+	modelSets   sync.Map // model -> *modelMetricSets
+)
+
+type modelMetricSets struct{ call, failed, input, output metric.MeasurementOption }
+
+func outcomeSet(outcome string) metric.MeasurementOption {
+	if v, ok := outcomeSets.Load(outcome); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v, _ := outcomeSets.LoadOrStore(outcome, metric.WithAttributeSet(attribute.NewSet(attribute.String(telemetry.AttrOutcome, outcome))))
+	return v.(metric.MeasurementOption)
+}
+
+func toolSet(tool, outcome string) metric.MeasurementOption {
+	k := tool + "\x00" + outcome
+	if v, ok := toolSets.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v, _ := toolSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(
+		attribute.String(telemetry.GenAIToolName, tool), attribute.String(telemetry.AttrOutcome, outcome))))
+	return v.(metric.MeasurementOption)
+}
+
+func modelSetsOf(model string, attrs []attribute.KeyValue) *modelMetricSets {
+	if v, ok := modelSets.Load(model); ok {
+		return v.(*modelMetricSets)
+	}
+	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
+		return metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue(nil), attrs...), kv...)...))
+	}
+	v, _ := modelSets.LoadOrStore(model, &modelMetricSets{call: with(), failed: with(attribute.String(telemetry.ErrorType, "model_error")),
+		input: with(attribute.String(telemetry.GenAITokenType, "input")), output: with(attribute.String(telemetry.GenAITokenType, "output"))})
+	return v.(*modelMetricSets)
 }
 
 // providerOf is the provider part of a model ID ("openai/gpt-4o" ->
@@ -440,43 +514,44 @@ func (m *modelCall) end(usage *protocol.Usage, finish string, err error) {
 	}
 	ctx := context.Background()
 	metrics := telemetry.Metrics()
-	attrs := m.attrs
+	sets := modelSetsOf(m.model, m.attrs)
 	if err != nil {
-		attrs = append(attrs[:len(attrs):len(attrs)], attribute.String(telemetry.ErrorType, "model_error"))
+		metrics.OpDuration.Record(ctx, time.Since(m.began).Seconds(), sets.failed)
+	} else {
+		metrics.OpDuration.Record(ctx, time.Since(m.began).Seconds(), sets.call)
 	}
-	metrics.OpDuration.Record(ctx, time.Since(m.began).Seconds(), metric.WithAttributes(attrs...))
 	if m.chunked {
-		metrics.TimeToFirst.Record(ctx, m.first.Seconds(), metric.WithAttributes(m.attrs...))
+		metrics.TimeToFirst.Record(ctx, m.first.Seconds(), sets.call)
 	}
 	if usage != nil {
-		in := append(m.attrs[:len(m.attrs):len(m.attrs)], attribute.String(telemetry.GenAITokenType, "input"))
-		out := append(m.attrs[:len(m.attrs):len(m.attrs)], attribute.String(telemetry.GenAITokenType, "output"))
-		metrics.TokenUsage.Record(ctx, usage.InputTokens, metric.WithAttributes(in...))
-		metrics.TokenUsage.Record(ctx, usage.OutputTokens, metric.WithAttributes(out...))
+		metrics.TokenUsage.Record(ctx, usage.InputTokens, sets.input)
+		metrics.TokenUsage.Record(ctx, usage.OutputTokens, sets.output)
 	}
 	if m.span == nil {
 		return
 	}
 	if m.span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, 7)
 		if m.chunked {
-			m.span.SetAttributes(attribute.Float64(telemetry.GenAITimeToFirstChunk, m.first.Seconds()))
+			attrs = append(attrs, attribute.Float64(telemetry.GenAITimeToFirstChunk, m.first.Seconds()))
 		}
 		if finish != "" {
-			m.span.SetAttributes(attribute.StringSlice(telemetry.GenAIFinishReasons, []string{finish}))
+			attrs = append(attrs, attribute.StringSlice(telemetry.GenAIFinishReasons, []string{finish}))
 		}
 		if usage != nil {
-			m.span.SetAttributes(attribute.Int64(telemetry.GenAIInputTokens, usage.InputTokens), attribute.Int64(telemetry.GenAIOutputTokens, usage.OutputTokens))
+			attrs = append(attrs, attribute.Int64(telemetry.GenAIInputTokens, usage.InputTokens), attribute.Int64(telemetry.GenAIOutputTokens, usage.OutputTokens))
 			if usage.CachedInputTokens != nil {
-				m.span.SetAttributes(attribute.Int64(telemetry.GenAICacheReadTokens, *usage.CachedInputTokens))
+				attrs = append(attrs, attribute.Int64(telemetry.GenAICacheReadTokens, *usage.CachedInputTokens))
 			}
 			if usage.ReasoningTokens != nil {
-				m.span.SetAttributes(attribute.Int64(telemetry.GenAIReasoningTokens, *usage.ReasoningTokens))
+				attrs = append(attrs, attribute.Int64(telemetry.GenAIReasoningTokens, *usage.ReasoningTokens))
 			}
 		}
 		if err != nil {
 			m.span.SetStatus(codes.Error, err.Error())
-			m.span.SetAttributes(attribute.String(telemetry.ErrorType, "model_error"))
+			attrs = append(attrs, attribute.String(telemetry.ErrorType, "model_error"))
 		}
+		m.span.SetAttributes(attrs...)
 	}
 	m.span.End()
 }
@@ -502,14 +577,6 @@ func endCompaction(span trace.Span, summary string, err error) {
 		telemetry.Fail(span, "compaction_failed", err)
 	}
 	span.End()
-}
-
-// traceToolResult makes a tool attempt's span a cause of the write that
-// records its result.
-func (s *sessionActor) traceToolResult(r *toolRun) {
-	if r.span != nil {
-		s.trace.writeCauses = append(s.trace.writeCauses, r.span.SpanContext())
-	}
 }
 
 // spanContext is a context carrying span, for log lines that name their

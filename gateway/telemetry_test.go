@@ -69,10 +69,14 @@ func TestTraceOfATurnWithTwoToolCalls(t *testing.T) {
 	if r := tt.Attr(server, "http.route").AsString(); r != "/v1/agents/{agent}/sessions/{session}/events" {
 		t.Fatalf("http.route %q, want the route's pattern", r)
 	}
-	// The runtime's push: a child of the server span on a single node, of
-	// the member's a2.cluster.serve through the cluster's router.
-	push := one(telemetry.SpanPush, spans)
-	admit := one(telemetry.SpanAdmit, tt.Children(spans, push))
+	// The session's admit span: a child of the server span on a single
+	// node, of the member's a2.cluster.serve through the cluster's router.
+	admit := one(telemetry.SpanAdmit, spans)
+	if p := admit.Parent().SpanID(); p != server.SpanContext().SpanID() {
+		if serve := tt.Named(spans, telemetry.SpanServe); len(serve) != 1 || p != serve[0].SpanContext().SpanID() {
+			t.Fatalf("the admit span is not the request's child:\n%s", tree)
+		}
+	}
 	if tt.Attr(admit, telemetry.AttrDecisions).AsStringSlice()[0] != protocol.OutcomeApplied {
 		t.Fatalf("the admit span's decisions are %v, want the send applied", tt.Attr(admit, telemetry.AttrDecisions).AsStringSlice())
 	}
@@ -81,9 +85,20 @@ func TestTraceOfATurnWithTwoToolCalls(t *testing.T) {
 		tt.Attr(turn, telemetry.GenAIOperationName).AsString() != "invoke_agent" {
 		t.Fatalf("the turn span is %q with %v", turn.Name(), turn.Attributes())
 	}
-	if len(tt.Named(tt.Children(spans, admit), telemetry.SpanAppend)) == 0 {
-		t.Fatalf("the push's write is not a child of its admit span:\n%s", tree)
+	checkWrites := func(s sdktrace.ReadOnlySpan) {
+		t.Helper()
+		writes := tt.Events(s, telemetry.SpanAppend)
+		if len(writes) == 0 {
+			t.Fatalf("span %q records no store write:\n%s", s.Name(), tree)
+		}
+		for _, w := range writes {
+			if tt.EventAttr(w, telemetry.AttrBatchSize).AsInt64() < 1 || tt.EventAttr(w, telemetry.AttrLogIndex).AsInt64() < 1 ||
+				tt.EventAttr(w, telemetry.AttrLogIndexLast).AsInt64() < tt.EventAttr(w, telemetry.AttrLogIndex).AsInt64() {
+				t.Fatalf("a store write on %q without its batch size or indexes: %v", s.Name(), w.Attributes)
+			}
+		}
 	}
+	checkWrites(admit) // the push's write
 
 	gens := tt.Named(tt.Children(spans, turn), telemetry.SpanGeneration)
 	if len(gens) != 2 {
@@ -95,6 +110,7 @@ func TestTraceOfATurnWithTwoToolCalls(t *testing.T) {
 		if o := tt.Attr(g, telemetry.AttrOutcome).AsString(); o != "completed" {
 			t.Fatalf("attempt %s ended %q, want completed", g.Name(), o)
 		}
+		checkWrites(g) // its start, progress and end
 		chat := one(telemetry.SpanChat, tt.Children(spans, g))
 		for k, want := range map[string]string{telemetry.GenAIOperationName: "chat", telemetry.GenAIProviderName: "script",
 			telemetry.GenAIRequestModel: "script/test", telemetry.GenAIConversationID: "t1"} {
@@ -134,26 +150,9 @@ func TestTraceOfATurnWithTwoToolCalls(t *testing.T) {
 	if calls["call-a"] != "lookup" || calls["call-b"] != "save" {
 		t.Fatalf("tool spans name the calls %v, want call-a lookup and call-b save", calls)
 	}
-	// Each result's write is caused by its execution: a child of it, or
-	// linked to it when the other result or the step shares the write.
+	// Each result's write is recorded on its execution's span.
 	for _, e := range execs {
-		caused := false
-		for _, w := range tt.Named(spans, telemetry.SpanAppend) {
-			if w.Parent().SpanID() == e.SpanContext().SpanID() {
-				caused = true
-			}
-			for _, l := range w.Links() {
-				if l.SpanContext.SpanID() == e.SpanContext().SpanID() {
-					caused = true
-				}
-			}
-			if tt.Attr(w, telemetry.AttrBatchSize).AsInt64() < 1 || tt.Attr(w, telemetry.AttrLogIndex).AsInt64() < 1 {
-				t.Fatalf("write span without its batch size or index: %v", w.Attributes())
-			}
-		}
-		if !caused {
-			t.Fatalf("no write span is caused by %s:\n%s", e.Name(), tree)
-		}
+		checkWrites(e)
 	}
 }
 
@@ -180,7 +179,7 @@ func TestTraceCrossesTheCluster(t *testing.T) {
 	if tt.Attr(fwd[0], telemetry.AttrCluster).AsString() != "push" {
 		t.Fatalf("the forward span's kind is %q", tt.Attr(fwd[0], telemetry.AttrCluster).AsString())
 	}
-	if len(tt.Named(tt.Children(spans, serve[0]), telemetry.SpanPush)) != 1 {
-		t.Fatalf("the member's push does not continue the serve span:\n%s", tree)
+	if len(tt.Named(tt.Children(spans, serve[0]), telemetry.SpanAdmit)) != 1 {
+		t.Fatalf("the member's session does not continue the serve span:\n%s", tree)
 	}
 }

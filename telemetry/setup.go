@@ -171,7 +171,7 @@ func Install(ctx context.Context, c Config) (*Providers, error) {
 		if err != nil {
 			return nil, fmt.Errorf("trace exporter: %w", err)
 		}
-		p.Tracer = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		p.Tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(NewBatcher(exp)), sdktrace.WithResource(res))
 		otel.SetTracerProvider(p.Tracer)
 	}
 	var readers []sdkmetric.Option

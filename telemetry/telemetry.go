@@ -38,9 +38,8 @@ const (
 	SpanChat        = "chat"         // + model ID: one model call
 	SpanExecuteTool = "execute_tool" // + tool name: one execution attempt
 
-	SpanPush       = "a2.push"             // Runtime.Push: validation and the round trip to the session
 	SpanAdmit      = "a2.session.admit"    // a push in the session actor: decisions, admission, until durable
-	SpanAppend     = "a2.store.append"     // one batch write
+	SpanAppend     = "a2.store.append"     // one batch write: an event on each of its causes' spans
 	SpanGeneration = "a2.generation"       // one generation attempt (a model step with its resolvers)
 	SpanCompaction = "a2.compaction"       // a compaction inside a step, around its summary call
 	SpanForward    = "a2.cluster.forward"  // a gateway or member sending a request to the session's owner
@@ -83,6 +82,7 @@ const (
 	AttrEventTypes       = "a2.event.types"    // the types of a push's events
 	AttrEventCount       = "a2.event.count"
 	AttrBatchSize        = "a2.batch.size" // events in one store write
+	AttrStoreMillis      = "a2.store.duration_ms"
 	AttrBatchPushes      = "a2.batch.pushes"
 	AttrOutcome          = "a2.outcome" // completed, failed, superseded, stopped, paused, aborted
 	AttrTurnID           = "a2.turn.id"

@@ -141,6 +141,8 @@ type config struct {
 	// the Prometheus scrape endpoint when set (--metrics-addr).
 	logLevel    slog.Level
 	metricsAddr string
+	// actorMetrics hands protoactor the meter provider (--actor-metrics).
+	actorMetrics bool
 	// telemetry describes what the node exports, for the banner.
 	telemetry string
 }
@@ -180,6 +182,8 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	}
 	fs.DurationVar(&cfg.stepTimeout, "step-timeout", stepTimeout, "longest a model step may run before its generation fails; 0 is no limit (A2_STEP_TIMEOUT)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", env("A2_METRICS_ADDR", ""), "address of a Prometheus scrape endpoint (GET /metrics); empty: none (A2_METRICS_ADDR; OTLP export is set with the OTEL_* variables, docs/telemetry.md)")
+	fs.BoolVar(&cfg.actorMetrics, "actor-metrics", env("A2_ACTOR_METRICS", "") == "1" || strings.EqualFold(env("A2_ACTOR_METRICS", ""), "true"),
+		"also export protoactor's own actor metrics (every actor message is measured: costly, docs/telemetry.md) when metrics are on (A2_ACTOR_METRICS)")
 	level := env("A2_LOG_LEVEL", "info")
 	fs.StringVar(&level, "log-level", level, "log level: debug, info, warn or error (A2_LOG_LEVEL)")
 	cfg.cluster.register(fs, env)
@@ -285,7 +289,10 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		// The runtime logs warnings and errors only: protoactor's lifecycle
 		// lines are not a node operator's business.
 		rtLogger := levelfilter.New(logger, runtimeLevel(cfg.logLevel))
-		ropts := actors.Options{Logger: rtLogger, Meter: tel.MeterProvider()}
+		ropts := actors.Options{Logger: rtLogger}
+		if cfg.actorMetrics {
+			ropts.Meter = tel.MeterProvider()
+		}
 		if p.Real() && cfg.catalog != "" && cfg.catalog != "off" {
 			ropts.Catalog = actors.CatalogCache{Source: cfg.catalog, Cache: &catalog.Cache{}}
 		}

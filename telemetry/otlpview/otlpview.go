@@ -31,7 +31,10 @@ type Span struct {
 	Start, End        time.Time
 	Attrs             map[string]string
 	Links             int
-	Error             string // the status message of a failed span
+	// Writes are the span's a2.store.append events: the store writes it
+	// caused, each with its batch size and log indexes.
+	Writes []map[string]string
+	Error  string // the status message of a failed span
 }
 
 // Receiver keeps the spans it is sent. Its zero value is ready; serve it
@@ -104,6 +107,11 @@ func (r *Receiver) add(msg *coltrace.ExportTraceServiceRequest) {
 					Trace: hex.EncodeToString(s.TraceId), ID: hex.EncodeToString(s.SpanId), Parent: hex.EncodeToString(s.ParentSpanId),
 					Name: s.Name, Start: time.Unix(0, int64(s.StartTimeUnixNano)), End: time.Unix(0, int64(s.EndTimeUnixNano)),
 					Attrs: attrs(s.Attributes), Links: len(s.Links)}
+				for _, e := range s.Events {
+					if e.Name == "a2.store.append" {
+						sp.Writes = append(sp.Writes, attrs(e.Attributes))
+					}
+				}
 				if s.Status != nil && s.Status.Code == 2 { // STATUS_CODE_ERROR
 					sp.Error = s.Status.Message
 					if sp.Error == "" {
@@ -226,6 +234,13 @@ func Tree(spans []Span, skip ...string) string {
 			}
 			if s.Links > 0 {
 				fmt.Fprintf(&b, " links=%d", s.Links)
+			}
+			if len(s.Writes) > 0 {
+				var ws []string
+				for _, w := range s.Writes {
+					ws = append(ws, w["a2.log.index"]+"-"+w["a2.log.index.last"]+" ("+w["a2.store.duration_ms"]+" ms)")
+				}
+				fmt.Fprintf(&b, " store-writes=[%s]", strings.Join(ws, " "))
 			}
 			if s.Error != "" {
 				fmt.Fprintf(&b, " ERROR=%q", s.Error)

@@ -21,6 +21,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/a2-runtime/a2/telemetry"
 )
 
 // Recorder holds what the test's providers recorded.
@@ -109,6 +111,27 @@ func Attr(s sdktrace.ReadOnlySpan, key string) attribute.Value {
 	return attribute.Value{}
 }
 
+// Events returns a span's events named name.
+func Events(s sdktrace.ReadOnlySpan, name string) []sdktrace.Event {
+	var out []sdktrace.Event
+	for _, e := range s.Events() {
+		if e.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// EventAttr returns an event's attribute (the zero Value when absent).
+func EventAttr(e sdktrace.Event, key string) attribute.Value {
+	for _, kv := range e.Attributes {
+		if string(kv.Key) == key {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
+}
+
 // Children returns the spans whose parent is p.
 func Children(spans []sdktrace.ReadOnlySpan, p sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan
@@ -151,6 +174,9 @@ func Tree(spans []sdktrace.ReadOnlySpan) string {
 			}
 			if n := len(s.Links()); n > 0 {
 				fmt.Fprintf(&b, " links=%d", n)
+			}
+			if n := len(Events(s, "a2.store.append")); n > 0 {
+				fmt.Fprintf(&b, " store-writes=%d", n)
 			}
 			b.WriteByte('\n')
 			walk(byParent[s.SpanContext().SpanID()], depth+1)
@@ -229,12 +255,12 @@ func Total(rm metricdata.ResourceMetrics, name string, sum bool, match ...attrib
 }
 
 // InstallDiscarding installs providers that record everything and export
-// to nowhere, in process (a batching span processor and a periodic metric
-// reader, as a node runs them, with exporters that drop what they get):
+// to nowhere, in process (the node's span processor, telemetry.Batcher,
+// and a periodic metric reader, with exporters that drop what they get):
 // what telemetry costs A2 itself, without a collector's. It returns the
 // meter provider, for protoactor's metrics.
 func InstallDiscarding(tb testing.TB) *sdkmetric.MeterProvider {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(telemetry.NewBatcher(discardSpans{})))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(discardMetrics{}, sdkmetric.WithInterval(time.Second))))
 	prevT, prevM, prevP := otel.GetTracerProvider(), otel.GetMeterProvider(), otel.GetTextMapPropagator()
 	otel.SetTracerProvider(tp)
