@@ -202,6 +202,9 @@ func TestChatInATerminal(t *testing.T) {
 	pane := func(name string) func() string {
 		return func() string { return tmux("capture-pane", "-p", "-t", name) }
 	}
+	// A session of its own keeps the tmux server up while the chats come
+	// and go (the server exits with its last session).
+	tmux("new-session", "-d", "-s", "keep", "sleep 600")
 	start("a")
 	waitScreen(t, pane("a"), "connected", "session term-1")
 	tmux("send-keys", "-t", "a", "hello there", "Enter")
@@ -213,6 +216,13 @@ func TestChatInATerminal(t *testing.T) {
 	tmux("send-keys", "-t", "a", "/stop", "Enter")
 	waitScreen(t, pane("a"), "stop: applied", "The queued one, answered.")
 	tmux("send-keys", "-t", "a", "/quit", "Enter")
+	deadline := time.Now().Add(10 * time.Second)
+	for exec.Command("tmux", "-S", sock, "has-session", "-t", "a").Run() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("chat did not quit on /quit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	// Reattach: the whole conversation, the user's side too.
 	start("b")
