@@ -93,7 +93,11 @@ func TestPassivationFreesMemory(t *testing.T) {
 	}
 	if raceEnabled {
 		t.Log("heap figures are not checked under the race detector (its instrumentation allocates); run go test ./actors -run Passivation without -race")
-	} else if growth > perActive/2 {
+	} else if growth > perActive*0.7 {
+		// perActive counts a session's actor and its store entries, growth
+		// the store entries alone (about half: since the runtime writes
+		// ai.session.created, a little more). An actor that stayed in
+		// memory would bring growth up to perActive.
 		t.Fatalf("each passivated session still holds %.0f bytes (an active one %.0f)", growth, perActive)
 	}
 	// A passivated session reactivates from the store.
