@@ -119,3 +119,30 @@ func TestClaimSession(t *testing.T) {
 		t.Fatalf("the owner's second claim: %v", err)
 	}
 }
+
+// A session snapshots after SnapshotBytes bytes of payloads even when
+// SnapshotEvery is far off (mutant session.go:773).
+func TestSnapshotAfterSnapshotBytes(t *testing.T) {
+	snapshotted := func(opts Options) bool {
+		t.Helper()
+		f := newFixtureWith(t, `{"default":{"text":"an answer long enough to carry a few hundred bytes of payload in its progress events, word after word after word"}}`, opts)
+		f.push("s1", protocol.Inputs.Text("m1", "hi"))
+		f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+		// The snapshot is saved off the actor's goroutine: wait for it
+		// (bounded).
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, found, err := f.store.LoadSnapshot(context.Background(), "s1", f.agent.contract.ReducerName())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if found || time.Now().After(deadline) {
+				return found
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if !snapshotted(Options{SnapshotEvery: 1 << 20, SnapshotBytes: 200}) {
+		t.Fatal("no snapshot after more than SnapshotBytes of payloads")
+	}
+}
