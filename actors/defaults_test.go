@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -144,5 +147,145 @@ func TestSnapshotAfterSnapshotBytes(t *testing.T) {
 	}
 	if !snapshotted(Options{SnapshotEvery: 1 << 20, SnapshotBytes: 200}) {
 		t.Fatal("no snapshot after more than SnapshotBytes of payloads")
+	}
+}
+
+// replay restores the snapshot at an activation (upTo 0) and for a
+// boundary read at or after the snapshot, and ignores one taken after the
+// boundary (mutants session.go:381, 383 twice).
+func TestReplayRestoresTheSnapshotItMay(t *testing.T) {
+	f := newFixture(t, `{"default":{"text":"ok"}}`, nil)
+	f.push("s1", protocol.Inputs.Text("m1", "hi"))
+	f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+	ctx := context.Background()
+	c := f.agent.contract
+	st, last, err := f.rt.State(ctx, "assistant", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A snapshot at the log's end that says something the log does not:
+	// whoever restores it shows the marker.
+	st.AI.Messages = append(st.AI.Messages, protocol.TranscriptMessage{ID: "from-the-snapshot", Role: protocol.RoleUser,
+		Parts: []protocol.Part{{Type: protocol.PartText, Text: "marker"}}})
+	b, err := st.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.SaveSnapshot(ctx, persistence.Snapshot{Session: "s1", Reducer: c.ReducerName(), Index: last, State: b}); err != nil {
+		t.Fatal(err)
+	}
+	restored := func(upTo uint64) (bool, uint64) {
+		t.Helper()
+		got, at, err := replay(ctx, f.store, c, "s1", upTo, func(msg string, err error) { t.Errorf("%s: %v", msg, err) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range got.AI.Messages {
+			if m.ID == "from-the-snapshot" {
+				return true, at
+			}
+		}
+		return false, at
+	}
+	if ok, at := restored(0); !ok || at != last {
+		t.Fatalf("an activation did not restore the snapshot (restored %v, at %d of %d)", ok, at, last)
+	}
+	if ok, _ := restored(last); !ok {
+		t.Fatal("a boundary read at the snapshot's index did not restore it")
+	}
+	if ok, at := restored(last - 1); ok || at != last-1 {
+		t.Fatalf("a boundary read before the snapshot restored it (restored %v, at %d)", ok, at)
+	}
+}
+
+// A session whose handler succeeded is idle once the completion is
+// folded: it passivates like any other (mutant handlers.go:88).
+func TestASessionPassivatesAfterItsHandlerSucceeded(t *testing.T) {
+	f := handlerFixture(t, func(context.Context, protocol.Event) error { return nil })
+	f.flag("h1", "flag-1")
+	if done := f.handled("h1"); len(done) != 1 {
+		t.Fatalf("%d handler completions, want 1", len(done))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for f.rt.IsActive("h1") {
+		f.rt.PassivateIdle()
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not passivate after its handler succeeded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gatedStore holds its appends while held is set, reporting each one held
+// on entered, until gate is closed.
+type gatedStore struct {
+	*countingStore
+	held    atomic.Bool
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedStore) wait() {
+	if g.held.Load() {
+		g.entered <- struct{}{}
+		<-g.gate
+	}
+}
+
+func (g *gatedStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
+	g.wait()
+	return g.countingStore.Append(ctx, session, expected, events)
+}
+
+func (g *gatedStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
+	go func() {
+		g.wait()
+		done(g.countingStore.Append(ctx, session, expected, events))
+	}()
+}
+
+// A push that arrives while another push's batch is being written waits
+// for the next batch and is answered once durable; only a push that
+// repeats an ID being written is told to retry (mutant session.go:466).
+func TestAPushWhileAnotherIsWritten(t *testing.T) {
+	f := newFixture(t, `{"default":{"text":"ok"}}`, nil)
+	f.recovered()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	passive := false
+	note := func(id string) protocol.Event {
+		return protocol.Inputs.Message(protocol.UIMessage{ID: id, Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: id}}},
+			protocol.MessageOptions{Generate: &passive})
+	}
+	g := &gatedStore{countingStore: f.store, entered: make(chan struct{}, 8), gate: make(chan struct{})}
+	var release sync.Once
+	open := func() { release.Do(func() { g.held.Store(false); close(g.gate) }) }
+	t.Cleanup(open)          // registered after the fixture's: runs first, so that its Close does not wait on held writes
+	f.rt.store = g           // before the session's activation, which takes its store
+	f.push("w1", note("n0")) // the session exists and is claimed
+	g.held.Store(true)
+	first := make(chan error, 1)
+	go func() { _, err := f.rt.Push(ctx, "assistant", "w1", []protocol.Event{note("n1")}, false); first <- err }()
+	select {
+	case <-g.entered: // n1's batch is being written
+	case <-ctx.Done():
+		t.Fatal("the first push's write never started")
+	}
+	second := make(chan error, 1)
+	go func() {
+		_, err := f.rt.Push(ctx, "assistant", "w1", []protocol.Event{note("n2")}, false)
+		second <- err
+	}()
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err := f.rt.Push(rctx, "assistant", "w1", []protocol.Event{note("n1")}, false)
+	rcancel()
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a push repeating an ID being written: %v, want ErrUnavailable (retry)", err)
+	}
+	open()
+	for name, ch := range map[string]chan error{"the first push": first, "the push that arrived meanwhile": second} {
+		if err := <-ch; err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
 	}
 }
