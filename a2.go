@@ -110,7 +110,7 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 	store := o.Store
 	if store == nil {
 		dir := firstOf(o.Data, os.Getenv("A2_DATA"), "./data")
-		pb, err := pebblestore.Open(dir, pebblestore.Options{Logger: quietPebble{logger}})
+		pb, err := pebblestore.Open(dir, pebblestore.Options{Logger: pebblestore.SlogLogger(logger)})
 		if err != nil {
 			return fmt.Errorf("cannot open the store in %s: %w", dir, err)
 		}
@@ -171,16 +171,4 @@ func firstOf(vals ...string) string {
 		}
 	}
 	return ""
-}
-
-// quietPebble routes Pebble's errors to the logger and drops its chatter.
-type quietPebble struct{ l *slog.Logger }
-
-func (q quietPebble) Infof(string, ...any) {}
-func (q quietPebble) Errorf(format string, args ...any) {
-	q.l.Error("store: " + fmt.Sprintf(format, args...))
-}
-func (q quietPebble) Fatalf(format string, args ...any) {
-	q.l.Error("store: " + fmt.Sprintf(format, args...))
-	os.Exit(1)
 }

@@ -38,40 +38,34 @@ const (
 	SpanChat        = "chat"         // + model ID: one model call
 	SpanExecuteTool = "execute_tool" // + tool name: one execution attempt
 
-	SpanAdmit      = "a2.session.admit"    // a push in the session actor: decisions, admission, until durable
-	SpanAppend     = "a2.store.append"     // one batch write: an event on each of its causes' spans
-	SpanGeneration = "a2.generation"       // one generation attempt (a model step with its resolvers)
-	SpanCompaction = "a2.compaction"       // a compaction inside a step, around its summary call
-	SpanForward    = "a2.cluster.forward"  // a gateway or member sending a request to the session's owner
-	SpanServe      = "a2.cluster.serve"    // the owner serving a forwarded request
-	SpanActivate   = "a2.session.activate" // loading a session: snapshot and log tail
+	SpanAdmit      = "a2.session.admit"   // a push in the session actor: decisions, admission, until durable
+	SpanAppend     = "a2.store.append"    // one batch write: an event on each of its causes' spans
+	SpanGeneration = "a2.generation"      // one generation attempt (a model step with its resolvers)
+	SpanCompaction = "a2.compaction"      // a compaction inside a step, around its summary call
+	SpanForward    = "a2.cluster.forward" // a gateway or member sending a request to the session's owner
+	SpanServe      = "a2.cluster.serve"   // the owner serving a forwarded request
 )
 
 // GenAI attribute keys (semantic conventions, see SemconvGenAI).
 const (
-	GenAIOperationName       = "gen_ai.operation.name"
-	GenAIProviderName        = "gen_ai.provider.name"
-	GenAIAgentName           = "gen_ai.agent.name"
-	GenAIConversationID      = "gen_ai.conversation.id"
-	GenAIRequestModel        = "gen_ai.request.model"
-	GenAIResponseModel       = "gen_ai.response.model"
-	GenAIResponseID          = "gen_ai.response.id"
-	GenAIFinishReasons       = "gen_ai.response.finish_reasons"
-	GenAITimeToFirstChunk    = "gen_ai.response.time_to_first_chunk"
-	GenAIInputTokens         = "gen_ai.usage.input_tokens"
-	GenAIOutputTokens        = "gen_ai.usage.output_tokens"
-	GenAICacheReadTokens     = "gen_ai.usage.cache_read.input_tokens"
-	GenAICacheCreationTokens = "gen_ai.usage.cache_creation.input_tokens"
-	GenAIReasoningTokens     = "gen_ai.usage.reasoning.output_tokens"
-	GenAIToolName            = "gen_ai.tool.name"
-	GenAIToolCallID          = "gen_ai.tool.call.id"
-	GenAIToolType            = "gen_ai.tool.type"
-	GenAIToolArguments       = "gen_ai.tool.call.arguments" // opt-in content
-	GenAIToolResult          = "gen_ai.tool.call.result"    // opt-in content
-	GenAIInputMessages       = "gen_ai.input.messages"      // opt-in content
-	GenAIOutputMessages      = "gen_ai.output.messages"     // opt-in content
-	GenAITokenType           = "gen_ai.token.type"          // metric attribute: input or output
-	ErrorType                = "error.type"
+	GenAIOperationName    = "gen_ai.operation.name"
+	GenAIProviderName     = "gen_ai.provider.name"
+	GenAIAgentName        = "gen_ai.agent.name"
+	GenAIConversationID   = "gen_ai.conversation.id"
+	GenAIRequestModel     = "gen_ai.request.model"
+	GenAIFinishReasons    = "gen_ai.response.finish_reasons"
+	GenAITimeToFirstChunk = "gen_ai.response.time_to_first_chunk"
+	GenAIInputTokens      = "gen_ai.usage.input_tokens"
+	GenAIOutputTokens     = "gen_ai.usage.output_tokens"
+	GenAICacheReadTokens  = "gen_ai.usage.cache_read.input_tokens"
+	GenAIReasoningTokens  = "gen_ai.usage.reasoning.output_tokens"
+	GenAIToolName         = "gen_ai.tool.name"
+	GenAIToolCallID       = "gen_ai.tool.call.id"
+	GenAIToolType         = "gen_ai.tool.type"
+	GenAIToolArguments    = "gen_ai.tool.call.arguments" // opt-in content
+	GenAIToolResult       = "gen_ai.tool.call.result"    // opt-in content
+	GenAITokenType        = "gen_ai.token.type"          // metric attribute: input or output
+	ErrorType             = "error.type"
 )
 
 // A2's own attribute keys.
@@ -83,7 +77,6 @@ const (
 	AttrEventCount       = "a2.event.count"
 	AttrBatchSize        = "a2.batch.size" // events in one store write
 	AttrStoreMillis      = "a2.store.duration_ms"
-	AttrBatchPushes      = "a2.batch.pushes"
 	AttrOutcome          = "a2.outcome" // completed, failed, superseded, stopped, paused, aborted
 	AttrTurnID           = "a2.turn.id"
 	AttrRequestID        = "a2.request.id"
@@ -100,7 +93,6 @@ const (
 	AttrCluster          = "a2.cluster.kind" // the envelope kind of a forwarded request
 	AttrTarget           = "a2.cluster.target"
 	AttrTrusted          = "a2.push.trusted"
-	AttrError            = "a2.error.code"
 )
 
 type boundTracer struct {
@@ -127,10 +119,6 @@ func Tracer() trace.Tracer {
 func Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	return Tracer().Start(ctx, name, opts...)
 }
-
-// Recording reports whether spans of ctx's trace are recorded: callers
-// skip building attributes that only a recorded span would keep.
-func Recording(ctx context.Context) bool { return trace.SpanFromContext(ctx).IsRecording() }
 
 // Fail marks span failed with err (its message as the status, its code as
 // error.type).
@@ -171,16 +159,7 @@ func Extract(ctx context.Context, c Carrier) context.Context {
 	return otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(c))
 }
 
-// SpanContextOf returns the span context a Carrier names (invalid when it
-// names none).
-func SpanContextOf(c Carrier) trace.SpanContext {
-	if len(c) == 0 {
-		return trace.SpanContext{}
-	}
-	return trace.SpanContextFromContext(Extract(context.Background(), c))
-}
-
-// CaptureContent reports whether message and tool contents go on spans
+// CaptureContent reports whether tool arguments and results go on spans
 // (off by default: they are the users' data). Set with
 // OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, the variable the
 // GenAI instrumentations use, or SetCaptureContent.

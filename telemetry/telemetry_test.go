@@ -77,7 +77,7 @@ func TestCarrierRoundTripAndMalformedInput(t *testing.T) {
 	tp := sdktrace.NewTracerProvider()
 	ctx, span := tp.Tracer("t").Start(context.Background(), "s")
 	c := Inject(ctx)
-	if got := SpanContextOf(c); got.TraceID() != span.SpanContext().TraceID() || got.SpanID() != span.SpanContext().SpanID() || !got.IsRemote() {
+	if got := trace.SpanContextFromContext(Extract(context.Background(), c)); got.TraceID() != span.SpanContext().TraceID() || got.SpanID() != span.SpanContext().SpanID() || !got.IsRemote() {
 		t.Fatalf("the carrier %v names %v, want the span's context, remote", c, got)
 	}
 	if Inject(context.Background()) != nil {

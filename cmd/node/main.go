@@ -438,7 +438,7 @@ func gcDescription(s gctune.Settings) string {
 // describes it for messages, without the URL's password.
 func openStore(ctx context.Context, cfg config, logger *slog.Logger) (store persistence.Store, where string, err error) {
 	if cfg.store == "" {
-		s, err := pebblestore.Open(cfg.data, pebblestore.Options{FS: cfg.fs, Logger: pebbleLogger{logger}})
+		s, err := pebblestore.Open(cfg.data, pebblestore.Options{FS: cfg.fs, Logger: pebblestore.SlogLogger(logger)})
 		if err != nil {
 			if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
 				// Pebble's lock file: "resource temporarily unavailable"
@@ -459,23 +459,4 @@ func openStore(ctx context.Context, cfg config, logger *slog.Logger) (store pers
 		return nil, where, err
 	}
 	return s, where, nil
-}
-
-// pebbleLogger routes Pebble's log lines to the node's logger: errors as
-// errors, the rest at debug level.
-type pebbleLogger struct{ l *slog.Logger }
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
-}
-
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
-}
-
-// Fatalf is never called: the store installs its own, which turns a fatal
-// error into persistence.ErrFailed. Pebble's contract is that it does not
-// return.
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	panic("pebble: fatal: " + fmt.Sprintf(format, args...))
 }

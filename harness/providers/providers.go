@@ -106,17 +106,16 @@ func (p *Set) Real() bool {
 
 // NameFor names the provider that serves a model ID.
 func (p *Set) NameFor(modelID string) string {
-	m, err := p.For(modelID)
-	switch {
-	case err != nil:
+	switch p.Route(modelID) {
+	case "":
 		return "no provider configured for it"
-	case m == harness.Model(p.demo):
+	case "demo":
 		return demoName
-	case p.script != nil && m == harness.Model(p.script):
+	case "script":
 		return "the script model, test mode"
-	case p.gateway != nil && m == harness.Model(p.gateway):
+	case "gateway":
 		return "through the AI Gateway"
-	case p.anthropic != nil && m == harness.Model(p.anthropic):
+	case "anthropic":
 		return "served by Anthropic"
 	}
 	return "served by an OpenAI-compatible provider"

@@ -53,6 +53,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -1070,4 +1071,21 @@ func (l fatalLogger) Fatalf(format string, args ...any) {
 	}
 	l.Errorf("%s", f.msg)
 	panic(f)
+}
+
+// SlogLogger routes Pebble's log lines to l: errors as errors, the rest at
+// debug level (a Fatalf becomes a panic, as Open's Logger does with every
+// Logger).
+func SlogLogger(l *slog.Logger) pebbledb.Logger { return slogLogger{l} }
+
+type slogLogger struct{ l *slog.Logger }
+
+func (p slogLogger) Infof(format string, args ...any) {
+	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+func (p slogLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+func (p slogLogger) Fatalf(format string, args ...any) {
+	panic("pebble: fatal: " + fmt.Sprintf(format, args...))
 }
