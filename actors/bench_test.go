@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"sort"
 	"strconv"
 	"sync"
@@ -19,6 +20,12 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
@@ -26,6 +33,7 @@ import (
 	"github.com/a2-runtime/a2/internal/testutil"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/telemetry"
 	"github.com/a2-runtime/a2/telemetry/telemetrytest"
 )
 
@@ -365,8 +373,28 @@ func BenchmarkSimpleTurn(b *testing.B) { benchSimpleTurn(b, nil) }
 func BenchmarkSimpleTurnInMemory(b *testing.B) { benchSimpleTurn(b, vfs.NewMem()) }
 
 func benchSimpleTurn(b *testing.B, fs vfs.FS) {
-	dir := b.TempDir()
-	st, err := pebblestore.Open(filepath.Join(dir, "data"), pebblestore.Options{FS: fs, Logger: quietPebble{}})
+	turn := simpleTurns(b, fs, benchOptions(b, Options{SnapshotEvery: -1}))
+	ctx := context.Background()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	var first, next int64
+	for i := 0; i < b.N; i++ {
+		session := "turn-" + strconv.Itoa(i)
+		first += turn(ctx, session, "m1-"+session)
+		next += turn(ctx, session, "m2-"+session)
+	}
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(2*b.N), "cpu-us/turn")
+	b.ReportMetric(float64(first)/float64(b.N), "writes/first-turn")
+	b.ReportMetric(float64(next)/float64(b.N), "writes/turn")
+}
+
+// simpleTurns opens a runtime with one agent on a script model answering
+// a few words, on Pebble (on fs; nil is the disk), and returns a function
+// that runs one turn of a session (push a message, wait for the turn's
+// end on the session's live stream, not by polling its state, so that the
+// CPU per turn is the turn's) and answers the synced writes it took.
+func simpleTurns(b *testing.B, fs vfs.FS, o Options) func(ctx context.Context, session, id string) int64 {
+	st, err := pebblestore.Open(filepath.Join(b.TempDir(), "data"), pebblestore.Options{FS: fs, Logger: quietPebble{}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -374,15 +402,12 @@ func benchSimpleTurn(b *testing.B, fs vfs.FS) {
 	sc, _ := script.Parse([]byte(`{"default":{"text":"a short answer of a few words"}}`))
 	model := script.New(sc)
 	a, _ := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: func(string) (harness.Model, error) { return model, nil }})
-	rt, _ := New(cs, []*Agent{a}, benchOptions(b, Options{SnapshotEvery: -1}))
-	defer func() { rt.Close(); _ = st.Close() }()
-	ctx := context.Background()
-	// The turn's end is awaited on the session's live stream, not by
-	// polling its state, so that the CPU per turn is the turn's.
+	rt, _ := New(cs, []*Agent{a}, o)
+	b.Cleanup(func() { rt.Close(); _ = st.Close() })
 	last := map[string]uint64{}
-	turn := func(session, id string, messages int) int64 {
+	return func(ctx context.Context, session, id string) int64 {
 		before := cs.appends.Load()
-		sctx, cancel := context.WithCancel(ctx)
+		sctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		events, errc := rt.Subscribe(sctx, "assistant", session, last[session])
 		if _, err := rt.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text(id, "hi")}, false); err != nil {
@@ -397,17 +422,128 @@ func benchSimpleTurn(b *testing.B, fs vfs.FS) {
 		b.Fatalf("the stream ended before the turn: %v", <-errc)
 		return 0
 	}
-	b.ResetTimer()
-	cpu0 := processCPU()
-	var first, next int64
-	for i := 0; i < b.N; i++ {
-		session := "turn-" + strconv.Itoa(i)
-		first += turn(session, "m1-"+session, 2)
-		next += turn(session, "m2-"+session, 4)
+}
+
+// BenchmarkTelemetryCost is what traces and metrics cost the simple turn,
+// measured in one process against itself: the same runtime and store run
+// turns with telemetry off (no-op providers, as when nothing is
+// configured) and on (every span recorded and every metric aggregated,
+// exported in process to exporters that drop them: telemetrytest.
+// Discarding), alternating every 20 sessions (40 turns), so that the
+// machine's drift between runs does not move the comparison. With
+// telemetry on, each push carries the span of its caller and the W3C
+// propagator is set, as the gateway does for an HTTP push, so the turn has
+// its whole tree (admit, invoke_agent, a2.generation, chat).
+//
+// The CPU of a block includes whatever runs then, Pebble's compactions
+// too, which come every few hundred turns and cost several blocks' worth:
+// the mean per turn moves by several per cent between runs even with
+// telemetry on in both halves. So the figures compared are the medians of
+// the blocks' CPU per turn, which keep the garbage collections (one every
+// block or two here) and drop the rare compactions; the means are
+// reported too. A2_BENCH_TELEMETRY_AA=on or =off runs both halves the same
+// way, to see the method's own error.
+func BenchmarkTelemetryCost(b *testing.B) {
+	for _, store := range []string{"memory", "disk"} {
+		b.Run("store="+store, func(b *testing.B) {
+			var fs vfs.FS
+			if store == "memory" {
+				fs = vfs.NewMem()
+			}
+			// The collector's settings of a node (cmd/node), unless GOGC or
+			// GOMEMLIMIT are set (GOGC=100 measures a test's default).
+			_, restoreGC := gctune.ForNode()
+			defer restoreGC()
+			percent := debug.SetGCPercent(100)
+			debug.SetGCPercent(percent)
+			b.ReportMetric(float64(percent), "gc-percent")
+			turn := simpleTurns(b, fs, Options{SnapshotEvery: -1})
+			tp, mp := telemetrytest.Discarding()
+			prevT, prevM, prevP := otel.GetTracerProvider(), otel.GetMeterProvider(), otel.GetTextMapPropagator()
+			offT, offM := tracenoop.NewTracerProvider(), metricnoop.NewMeterProvider()
+			otel.SetTextMapPropagator(propagation.TraceContext{})
+			b.Cleanup(func() {
+				otel.SetTracerProvider(prevT)
+				otel.SetMeterProvider(prevM)
+				otel.SetTextMapPropagator(prevP)
+				_ = tp.Shutdown(context.Background())
+				_ = mp.Shutdown(context.Background())
+			})
+			aa := os.Getenv("A2_BENCH_TELEMETRY_AA")
+			// A2_BENCH_TELEMETRY_PARTS=traces or =metrics turns on only
+			// that half, to see what each costs.
+			onT, onM := trace.TracerProvider(tp), metric.MeterProvider(mp)
+			switch os.Getenv("A2_BENCH_TELEMETRY_PARTS") {
+			case "traces":
+				onM = offM
+			case "metrics":
+				onT = offT
+			}
+			const block = 20
+			var perTurn [2][]float64 // CPU µs per turn of each block
+			var cpu [2]time.Duration
+			var allocs [2]uint64
+			var sessions [2]int
+			sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+			allocated := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
+			var blockCPU time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				half := (i / block) % 2
+				on := half == 1
+				if aa != "" {
+					on = aa == "on"
+				}
+				if i%block == 0 {
+					blockCPU = 0
+					if on {
+						otel.SetTracerProvider(onT)
+						otel.SetMeterProvider(onM)
+					} else {
+						otel.SetTracerProvider(offT)
+						otel.SetMeterProvider(offM)
+					}
+				}
+				session := "turn-" + strconv.Itoa(i)
+				c0, a0 := processCPU(), allocated()
+				for _, id := range []string{"m1-", "m2-"} {
+					ctx := context.Background()
+					var span trace.Span
+					if on {
+						ctx, span = telemetry.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindServer))
+					}
+					turn(ctx, session, id+session)
+					if span != nil {
+						span.End()
+					}
+				}
+				took := processCPU() - c0
+				allocs[half] += allocated() - a0
+				cpu[half] += took
+				blockCPU += took
+				sessions[half]++
+				if i%block == block-1 {
+					perTurn[half] = append(perTurn[half], float64(blockCPU.Microseconds())/(2*block))
+				}
+			}
+			b.StopTimer()
+			if len(perTurn[0]) == 0 || len(perTurn[1]) == 0 {
+				return // too few iterations for both halves (the first, calibrating run)
+			}
+			median := func(v []float64) float64 { sort.Float64s(v); return v[len(v)/2] }
+			offMed, onMed := median(perTurn[0]), median(perTurn[1])
+			offMean := float64(cpu[0].Microseconds()) / float64(2*sessions[0])
+			onMean := float64(cpu[1].Microseconds()) / float64(2*sessions[1])
+			offAlloc := float64(allocs[0]) / float64(2*sessions[0])
+			onAlloc := float64(allocs[1]) / float64(2*sessions[1])
+			b.ReportMetric(offMed, "cpu-us/turn-off")
+			b.ReportMetric(onMed, "cpu-us/turn-on")
+			b.ReportMetric(100*(onMed-offMed)/offMed, "cpu-cost-%")
+			b.ReportMetric(100*(onMean-offMean)/offMean, "cpu-mean-cost-%")
+			b.ReportMetric(offAlloc, "B/turn-off")
+			b.ReportMetric(onAlloc, "B/turn-on")
+		})
 	}
-	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(2*b.N), "cpu-us/turn")
-	b.ReportMetric(float64(first)/float64(b.N), "writes/first-turn")
-	b.ReportMetric(float64(next)/float64(b.N), "writes/turn")
 }
 
 // BenchmarkStartupRecovery reports what the start-up scan costs per

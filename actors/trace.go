@@ -64,8 +64,10 @@ func putTrace(m *map[string]trace.SpanContext, k string, sc trace.SpanContext) {
 	if !sc.IsValid() {
 		return
 	}
-	if *m == nil || len(*m) >= maxTraceEntries {
+	if *m == nil {
 		*m = map[string]trace.SpanContext{}
+	} else if len(*m) >= maxTraceEntries {
+		clear(*m)
 	}
 	(*m)[k] = sc
 }
@@ -290,7 +292,8 @@ func (s *sessionActor) endTurn(outcome string) {
 		t.turn.End()
 	}
 	t.turn, t.turnID, t.turnCause = nil, "", trace.SpanContext{}
-	t.gens, t.causeOf = nil, nil
+	clear(t.gens) // kept for the next turn: a map a turn is garbage a turn
+	clear(t.causeOf)
 }
 
 // traceTurns ends the turn's span once the state has no active turn, or
@@ -495,7 +498,7 @@ func startModelCall(ctx context.Context, model, session string) (context.Context
 			attribute.String(telemetry.GenAIProviderName, providerOf(model)), attribute.String(telemetry.GenAIRequestModel, model)}}
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		ctx, m.span = telemetry.Start(ctx, telemetry.SpanChat+" "+model, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(m.attrs...), trace.WithAttributes(attribute.String(telemetry.GenAIConversationID, session)))
+			trace.WithAttributes(append(m.attrs[:len(m.attrs):len(m.attrs)], attribute.String(telemetry.GenAIConversationID, session))...))
 	}
 	return ctx, m
 }

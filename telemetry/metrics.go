@@ -57,6 +57,10 @@ type boundInstruments struct {
 var (
 	instMu sync.Mutex
 	inst   atomic.Pointer[boundInstruments]
+	// recent are the instruments of the last few providers: a process
+	// that switches between providers (a benchmark turning telemetry on
+	// and off) does not make its instruments again at each switch.
+	recent []*boundInstruments
 )
 
 // Metrics returns the instruments of the global meter provider, made again
@@ -68,10 +72,17 @@ func Metrics() *Instruments {
 	}
 	instMu.Lock()
 	defer instMu.Unlock()
-	if b := inst.Load(); b != nil && b.provider == mp {
-		return b.Instruments
+	for _, b := range recent {
+		if b.provider == mp {
+			inst.Store(b)
+			return b.Instruments
+		}
 	}
 	b := &boundInstruments{provider: mp, Instruments: newInstruments(mp.Meter(InstrumentationName))}
+	if len(recent) == 4 {
+		recent = recent[1:]
+	}
+	recent = append(recent, b)
 	inst.Store(b)
 	return b.Instruments
 }

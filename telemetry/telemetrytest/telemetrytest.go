@@ -260,8 +260,7 @@ func Total(rm metricdata.ResourceMetrics, name string, sum bool, match ...attrib
 // what telemetry costs A2 itself, without a collector's. It returns the
 // meter provider, for protoactor's metrics.
 func InstallDiscarding(tb testing.TB) *sdkmetric.MeterProvider {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(telemetry.NewBatcher(discardSpans{})))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(discardMetrics{}, sdkmetric.WithInterval(time.Second))))
+	tp, mp := Discarding()
 	prevT, prevM, prevP := otel.GetTracerProvider(), otel.GetMeterProvider(), otel.GetTextMapPropagator()
 	otel.SetTracerProvider(tp)
 	otel.SetMeterProvider(mp)
@@ -274,6 +273,15 @@ func InstallDiscarding(tb testing.TB) *sdkmetric.MeterProvider {
 		otel.SetTextMapPropagator(prevP)
 	})
 	return mp
+}
+
+// Discarding makes, without installing them, the providers that
+// InstallDiscarding installs; a benchmark that turns telemetry on and off
+// in one process swaps them in and out itself.
+func Discarding() (*sdktrace.TracerProvider, *sdkmetric.MeterProvider) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(telemetry.NewBatcher(discardSpans{})))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(discardMetrics{}, sdkmetric.WithInterval(time.Second))))
+	return tp, mp
 }
 
 type discardSpans struct{}
