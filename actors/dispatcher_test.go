@@ -279,3 +279,39 @@ func settle(d *reuseDispatcher, want int64) int64 {
 	}
 	return d.workers.Load()
 }
+
+// TestDispatcherQueueStaysBounded drives pop directly: a queue that
+// empties starts again at its front, and one that never empties (a
+// saturated node, with a backlog under 64 runs and one over it) is moved
+// to the front, so its array stays within a small multiple of its backlog
+// instead of growing by a slot for every run that ever went through it.
+func TestDispatcherQueueStaysBounded(t *testing.T) {
+	d := newReuseDispatcher(10)
+	ran := 0
+	run := func() { ran++ }
+	for i := 0; i < 10; i++ {
+		d.queue = append(d.queue, run)
+	}
+	for i := 0; i < 10; i++ {
+		d.pop()()
+	}
+	if len(d.queue) != 0 || d.head != 0 || ran != 10 {
+		t.Fatalf("an emptied queue: len %d head %d after %d runs; want it reset to its front", len(d.queue), d.head, ran)
+	}
+	for _, backlog := range []int{10, 100} {
+		d := newReuseDispatcher(10)
+		for i := 0; i < backlog; i++ {
+			d.queue = append(d.queue, run)
+		}
+		for i := 0; i < 20000; i++ {
+			d.queue = append(d.queue, run)
+			d.pop()()
+		}
+		if n := len(d.queue) - d.head; n != backlog {
+			t.Fatalf("backlog %d: %d runs queued after as many pops as pushes", backlog, n)
+		}
+		if limit := 4 * max(backlog, 64); cap(d.queue) > limit {
+			t.Fatalf("backlog %d: the queue's array holds %d slots after 20,000 runs (want at most %d): it grows with every run", backlog, cap(d.queue), limit)
+		}
+	}
+}
