@@ -297,8 +297,15 @@ func (r *Runtime) request(ctx context.Context, agent *Agent, session string, msg
 			return nil, err
 		}
 		timeout := r.opts.RequestTimeout
-		if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
-			timeout = time.Until(d)
+		if d, ok := ctx.Deadline(); ok {
+			// A future's timer can fire a moment before the context's own:
+			// the next attempt then has no time left, and a future with a
+			// negative timeout has no timer at all (it would wait for ever).
+			left := time.Until(d)
+			if left <= 0 {
+				return nil, context.DeadlineExceeded
+			}
+			timeout = min(timeout, left)
 		}
 		res, err := r.await(r.system.Root.RequestFuture(p, msg, timeout), r.doneOf(p))
 		if err == nil {
@@ -308,6 +315,16 @@ func (r *Runtime) request(ctx context.Context, agent *Agent, session string, msg
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, actor.ErrTimeout) {
+			if d, ok := ctx.Deadline(); ok && time.Until(d) <= 0 {
+				return nil, context.DeadlineExceeded // the future's timer fired a moment before the context's
+			}
+			// The session is alive but did not answer in time (a write that
+			// hangs, say). Activating it again would make a second actor,
+			// a second writer, beside the one still running, which Close
+			// would never stop: the caller is told to retry instead.
+			return nil, fmt.Errorf("%w: no answer within %s", ErrUnavailable, timeout)
 		}
 		r.forget(agent.Name(), session, p)
 	}

@@ -162,10 +162,12 @@ func (f *fixture) push(session string, evs ...protocol.Event) []protocol.Event {
 func (f *fixture) waitFor(session string, what string, cond func(*protocol.AIState) bool) *protocol.AIState {
 	f.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(time.Second)) // a state read that hangs fails too
+	defer cancel()
 	for {
-		st, _, err := f.rt.State(context.Background(), "assistant", session)
+		st, _, err := f.rt.State(ctx, "assistant", session)
 		if err != nil {
-			f.t.Fatal(err)
+			f.t.Fatalf("waiting for %s: %v", what, err)
 		}
 		if cond(st.AI) {
 			return st.AI
