@@ -483,6 +483,7 @@ func BenchmarkTelemetryCost(b *testing.B) {
 			var perTurn [2][]float64 // CPU µs per turn of each block
 			var cpu [2]time.Duration
 			var allocs [2]uint64
+			var writes [2]int64
 			var sessions [2]int
 			sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 			allocated := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
@@ -512,7 +513,7 @@ func BenchmarkTelemetryCost(b *testing.B) {
 					if on {
 						ctx, span = telemetry.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindServer))
 					}
-					turn(ctx, session, id+session)
+					writes[half] += turn(ctx, session, id+session)
 					if span != nil {
 						span.End()
 					}
@@ -540,6 +541,8 @@ func BenchmarkTelemetryCost(b *testing.B) {
 			b.ReportMetric(onMed, "cpu-us/turn-on")
 			b.ReportMetric(100*(onMed-offMed)/offMed, "cpu-cost-%")
 			b.ReportMetric(100*(onMean-offMean)/offMean, "cpu-mean-cost-%")
+			b.ReportMetric(float64(writes[0])/float64(2*sessions[0]), "writes/turn-off")
+			b.ReportMetric(float64(writes[1])/float64(2*sessions[1]), "writes/turn-on")
 			b.ReportMetric(offAlloc, "B/turn-off")
 			b.ReportMetric(onAlloc, "B/turn-on")
 		})
