@@ -563,6 +563,13 @@ func TestProgressBatchingWithDelay(t *testing.T) {
 	if e50 >= e0 {
 		t.Fatalf("maxDelayMs did not reduce progress events: %d vs %d", e50, e0)
 	}
+	// A delay longer than the step: content waits for a boundary chunk, a
+	// full batch or the step's end, whatever the pace of the deltas (a
+	// streaming lane is no boundary: mutant session.go:518).
+	eLong, cLong := count(60_000)
+	if cLong != c0 || eLong*10 > e0 {
+		t.Fatalf("maxDelayMs 60000: %d progress events for %d chunks, against %d with no delay", eLong, cLong, e0)
+	}
 }
 
 // R-PROGRESS-02 R-PROGRESS-03: a step's opening chunks are written as soon
