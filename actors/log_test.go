@@ -368,3 +368,79 @@ func TestSubscribingToAnUnwrittenSessionLoadsNoActor(t *testing.T) {
 		t.Fatal("the subscription delivered nothing")
 	}
 }
+
+// R-DELIVERY-05 on a store that two agents share: the start-up scan gives
+// each written session to the agent that owns it, and resumes a turn of
+// the second agent's (the scan did not: with mutant recover.go:195 a
+// claimed session went to a store's only agent, and on a store of two to
+// nobody).
+func TestStartupRecoveryOnAStoreOfTwoAgents(t *testing.T) {
+	st := openMem(t, vfs.NewMem())
+	sc, err := script.Parse([]byte(`{"default":{"text":"finished after the restart","gate":"g1"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := script.New(sc)
+	agents := func() []*Agent {
+		var out []*Agent
+		for _, name := range []string{"support", "sales"} {
+			a, err := NewAgent(AgentOptions{Name: name, Model: harness.ModelID("script"), Models: func(string) (harness.Model, error) { return m, nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, a)
+		}
+		return out
+	}
+	rt, err := New(st, agents(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := rt.Push(ctx, "sales", "s1", []protocol.Event{protocol.Inputs.Text("m1", "hold")}, false); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, _, err := rt.State(ctx, "sales", "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.AI.ActiveGeneration != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the step did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	last, err := st.LastIndex(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Close()
+	m.Release("g1")
+	rt, err = New(st, agents(), Options{}) // nothing asks for the session from here on
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for after := last; ; {
+		if _, err := st.Wait(wctx, "s1", after); err != nil {
+			t.Fatalf("the second agent's cut-short turn did not resume after the restart: %v", err)
+		}
+		evs, err := st.Read(wctx, "s1", after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == protocol.TypeGenerationCompleted {
+				waitAnswers(t, rt, "sales", "s1", 2, "finished after the restart")
+				return
+			}
+			after = ev.Index
+		}
+	}
+}
