@@ -263,6 +263,14 @@ func TestToolRequestsInput(t *testing.T) {
 	if !ok || string(pi.Request) != `{"question":"which environment?"}` || pi.GenerationID == "" || pi.RequestID == "" {
 		t.Fatalf("pending inputs %+v", st.PendingInputs)
 	}
+	// Another command rejected while the tool waits (an answer to an input
+	// nobody asked for) is not the tool's rejection: it keeps waiting for
+	// its own answer (mutant runtime.go:578 failed the tool here).
+	stray := protocol.Inputs.Input(protocol.InputResponse{InputID: "other", Value: json.RawMessage(`"x"`), RequestID: pi.RequestID, GenerationID: pi.GenerationID})
+	f.push("s1", withID(stray, "stray"))
+	f.waitFor("s1", "the stray answer rejected", func(s *protocol.AIState) bool {
+		return s.Status == protocol.StatusAwaitingInput && s.Receipt != nil && s.Receipt.CommandID == "stray" && s.Receipt.Outcome == protocol.OutcomeRejected
+	})
 	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "ans" }}.Respond("env", json.RawMessage(`"prod"`))...)
 	st = f.waitFor("s1", "the answered turn", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "deployed" })
 	if asked.Load() != 1 {
