@@ -370,3 +370,46 @@ func onlyApproval(t *testing.T, st *protocol.AIState) string {
 	}
 	return ""
 }
+
+// Two tool calls of one step ask for the same input at once: the second
+// request is rejected (the input is already pending), and its tool is
+// told so at once instead of waiting for an answer that cannot come
+// (mutant runtime.go:558 read past the request's own decision); the
+// first gets the answer.
+func TestASecondRequestForAPendingInputIsRejected(t *testing.T) {
+	errs := make(chan error, 2)
+	ask := tools.Tool{Name: "ask", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		hc, err := tools.FromContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		v, err := hc.RequestInput(ctx, "env", json.RawMessage(`{"question":"which environment?"}`))
+		errs <- err
+		if err != nil {
+			return nil, err
+		}
+		return json.RawMessage(`{"environment":` + string(v) + `}`), nil
+	}}
+	f := newFixture(t, `{"replies":[{"match":"deploy","toolCalls":[{"id":"c1","name":"ask","input":{}},{"id":"c2","name":"ask","input":{}}],"then":{"text":"deployed"}}]}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{ask} })
+	f.push("s1", protocol.Inputs.Text("m1", "deploy it"))
+	select {
+	case err := <-errs:
+		if err == nil || !strings.Contains(err.Error(), "rejected") {
+			t.Fatalf("the second request for a pending input: %v, want it rejected", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("neither request was answered within 10 s: the second one was not told it was rejected")
+	}
+	st := f.waitFor("s1", "the tool's question", func(s *protocol.AIState) bool { return s.Status == protocol.StatusAwaitingInput })
+	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "ans" }}.Respond("env", json.RawMessage(`"prod"`))...)
+	select {
+	case err := <-errs:
+		if err != nil {
+			t.Fatalf("the first request: %v, want the answer", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answered request did not return within 10 s")
+	}
+	f.waitFor("s1", "the turn done", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "deployed" })
+}
