@@ -630,3 +630,53 @@ func TestBadSummariesFailTheGeneration(t *testing.T) {
 		})
 	}
 }
+
+// R-COMPACT-21: a step's prompt estimate counts the summary in force: after
+// a custom policy's compaction with an 8,000-byte summary, every step's
+// recorded inputBytes covers at least the summary (mutant lane.go:440
+// subtracted it).
+func TestPromptEstimateCountsTheSummary(t *testing.T) {
+	summary := strings.Repeat("s", 8000)
+	policy := &CustomCompaction{
+		ShouldCompact: func(_ context.Context, cc CompactionContext) (bool, error) {
+			for _, m := range cc.Messages {
+				if strings.HasPrefix(m.ID, "summary-") {
+					return false, nil // once
+				}
+			}
+			return len(cc.Messages) >= 4, nil
+		},
+		Compact: func(context.Context, CompactionContext) (string, error) { return summary, nil },
+	}
+	f := newFixture(t, `{"default":{"text":"ok"}}`, func(a *AgentOptions) { a.Harness.CustomCompaction = policy })
+	for i := range 4 {
+		f.push("s1", protocol.Inputs.Text(fmt.Sprintf("m%d", i), "hi"))
+		f.waitFor("s1", "the turn done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2*(i+1) })
+	}
+	evs, err := f.store.Read(context.Background(), "s1", 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compacted, after := false, 0
+	for _, ev := range evs {
+		switch ev.Type {
+		case protocol.TypeCompactionCompleted:
+			compacted = true
+		case protocol.TypeGenerationCompleted:
+			if !compacted {
+				continue
+			}
+			var c protocol.GenerationCompleted
+			if err := json.Unmarshal(ev.Payload, &c); err != nil {
+				t.Fatal(err)
+			}
+			after++
+			if c.InputBytes < int64(len(summary)) || c.InputTokenEstimate < protocol.TokensOf(int64(len(summary))) {
+				t.Fatalf("a step after the compaction estimated %d bytes (%d tokens), under its %d-byte summary", c.InputBytes, c.InputTokenEstimate, len(summary))
+			}
+		}
+	}
+	if !compacted || after == 0 {
+		t.Fatalf("compacted %v, %d steps after it: the policy did not compact", compacted, after)
+	}
+}
