@@ -6,6 +6,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -82,19 +83,25 @@ func TestToolRunsWhenItsStepFails(t *testing.T) {
 // again, while a "rerun" tool cut short runs again after Resume.
 func TestPauseNowWithReportAndRerunTools(t *testing.T) {
 	var shellRuns, fetchRuns atomic.Int64
-	block := func(counter *atomic.Int64) func(context.Context, json.RawMessage) (json.RawMessage, error) {
+	// Each tool's first run reports why it was cancelled: Pause now's
+	// ErrPaused (mutant toolrun.go:114 settled the tools without
+	// cancelling their runs, which were cancelled later, as unwanted,
+	// with ErrStopped).
+	causes := map[string]chan error{"shell": make(chan error, 1), "fetchDocs": make(chan error, 1)}
+	block := func(name string, counter *atomic.Int64) func(context.Context, json.RawMessage) (json.RawMessage, error) {
 		return func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
 			n := counter.Add(1)
 			if n > 1 {
 				return json.RawMessage(`"second run"`), nil
 			}
 			<-ctx.Done()
+			causes[name] <- context.Cause(ctx)
 			return nil, ctx.Err()
 		}
 	}
 	f := newFixture(t, `{"replies":[{"toolCalls":[{"id":"sh","name":"shell","input":{}},{"id":"fe","name":"fetchDocs","input":{}}],"then":{"text":"after resume"}}]}`,
 		func(a *AgentOptions) {
-			a.Tools = []tools.Tool{{Name: "shell", Execute: block(&shellRuns), Recovery: "report"}, {Name: "fetchDocs", Execute: block(&fetchRuns)}}
+			a.Tools = []tools.Tool{{Name: "shell", Execute: block("shell", &shellRuns), Recovery: "report"}, {Name: "fetchDocs", Execute: block("fetchDocs", &fetchRuns)}}
 		})
 	var logs testutil.SyncBuffer
 	f.rt.opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -114,6 +121,16 @@ func TestPauseNowWithReportAndRerunTools(t *testing.T) {
 	st := f.waitFor("s1", "paused", func(s *protocol.AIState) bool { return s.Active != nil && s.Active.Phase == protocol.PhasePaused })
 	if st.Tools["sh"].Status != protocol.ToolStatusInterrupted {
 		t.Fatalf("the report tool was not reported: %+v", st.Tools["sh"])
+	}
+	for name, c := range causes {
+		select {
+		case cause := <-c:
+			if !errors.Is(cause, ErrPaused) {
+				t.Fatalf("%s's run was cancelled with %v, want ErrPaused", name, cause)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s's run was not cancelled within 10 s of the pause", name)
+		}
 	}
 	f.push("s1", withID(protocol.Inputs.Resume(), "r1"))
 	f.waitFor("s1", "answered", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "after resume" })
