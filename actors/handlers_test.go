@@ -235,3 +235,43 @@ func TestHandlerRestsDouble(t *testing.T) {
 		t.Errorf("rest after 1000 rests: %v, want an hour", got)
 	}
 }
+
+// A session that stops (here released, as a node does when another takes
+// it) cancels its running handlers with the reason, errSessionStopped,
+// not a bare context.Canceled that a handler cannot tell from its own
+// caller's cancel (mutant session.go:251 passed a nil cause).
+func TestAStoppingSessionCancelsItsHandlersWithTheReason(t *testing.T) {
+	cause := make(chan error, 1)
+	started := make(chan struct{}, 1)
+	f := handlerFixture(t, func(ctx context.Context, _ protocol.Event) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		select {
+		case cause <- context.Cause(ctx):
+		default:
+		}
+		return ctx.Err()
+	})
+	f.flag("s1", "f1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the handler did not start within 10 s")
+	}
+	if err := f.rt.Release(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cause:
+		if !errors.Is(err, errSessionStopped) {
+			t.Fatalf("the handler was cancelled with %v, want errSessionStopped", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the handler was not cancelled within 10 s of the release")
+	}
+}
