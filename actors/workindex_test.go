@@ -54,14 +54,18 @@ func TestStartupScanReadsOnlyTheSessionsWithWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func(incomplete bool) (*Runtime, *loadCounter, *script.Model) {
+	start := func(incomplete bool, place ...func(string) error) (*Runtime, *loadCounter, *script.Model) {
 		st, err := pebblestore.Open("data", pebblestore.Options{FS: fs, Logger: quietPebble{}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := &loadCounter{Store: st, incomplete: incomplete}
 		a, model := scriptAgent(t, sc)
-		rt, err := New(c, []*Agent{a}, Options{})
+		var o Options
+		if len(place) > 0 {
+			o.Place = place[0]
+		}
+		rt, err := New(c, []*Agent{a}, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,6 +111,26 @@ func TestStartupScanReadsOnlyTheSessionsWithWork(t *testing.T) {
 	waitState(rt, "busy", func(a *protocol.AIState) bool { return a.Status == protocol.StatusStreaming && lastText(a) != "" })
 	stop(rt, c)
 
+	// A full scan that could not reach a session (placed elsewhere, say)
+	// leaves the index incomplete: that session's marks were repaired by
+	// no activation (mutant recover.go:168 counted it as reached).
+	{
+		rt, c, _ := start(true, func(s string) error {
+			if s == "idle-03" {
+				return ErrMoved
+			}
+			return nil
+		})
+		select {
+		case <-rt.Recovered():
+		case <-ctx.Done():
+			t.Fatal("the start-up scan did not end")
+		}
+		if c.marked.Load() {
+			t.Fatal("a full scan that could not reach idle-03 marked the work index complete")
+		}
+		stop(rt, c)
+	}
 	for _, incomplete := range []bool{false, true} {
 		rt, c, model := start(incomplete)
 		select {
