@@ -413,3 +413,53 @@ func TestASecondRequestForAPendingInputIsRejected(t *testing.T) {
 	}
 	f.waitFor("s1", "the turn done", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "deployed" })
 }
+
+// A tool rerun after Pause now and Resume asks for its input again and
+// waits for the new answer: the first execution's answer (same call, same
+// generation, same inputId) is not its own (mutant runtime.go:557 read the
+// log from its start and handed the rerun the old answer at once).
+func TestARerunToolAsksForItsInputAgain(t *testing.T) {
+	var runs atomic.Int64
+	confirm := tools.Tool{Name: "confirm", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		hc, err := tools.FromContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		n := runs.Add(1)
+		v, err := hc.RequestInput(ctx, "env", json.RawMessage(`{"question":"which environment?"}`))
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			<-ctx.Done() // the first execution is cut short by Pause now
+			return nil, ctx.Err()
+		}
+		return json.RawMessage(`{"environment":` + string(v) + `}`), nil
+	}}
+	f := newFixture(t, `{"replies":[{"match":"deploy","toolCalls":[{"id":"c1","name":"confirm","input":{}}],"then":{"text":"deployed"}}]}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{confirm} })
+	f.push("s1", protocol.Inputs.Text("m1", "deploy it"))
+	st := f.waitFor("s1", "the first question", func(s *protocol.AIState) bool { return s.Status == protocol.StatusAwaitingInput })
+	f.push("s1", protocol.Actions{View: st, NewID: func() string { return "ans1" }}.Respond("env", json.RawMessage(`"prod"`))...)
+	f.waitFor("s1", "the first answer taken", func(s *protocol.AIState) bool { return len(s.PendingInputs) == 0 && s.Active != nil })
+	f.push("s1", withID(protocol.Inputs.Pause(protocol.PauseNow), "p1"))
+	f.waitFor("s1", "paused", func(s *protocol.AIState) bool { return s.Active != nil && s.Active.Phase == protocol.PhasePaused })
+	f.push("s1", withID(protocol.Inputs.Resume(), "r1"))
+	st = f.waitFor("s1", "the rerun's question", func(s *protocol.AIState) bool {
+		_, asked := s.PendingInputs["env"]
+		return (asked && s.Status == protocol.StatusAwaitingInput) || idle(s)
+	})
+	if _, asked := st.PendingInputs["env"]; !asked {
+		t.Fatalf("the rerun did not ask for its input again (runs %d, output %s)", runs.Load(), lastToolPart(st).Output)
+	}
+	answer := protocol.Actions{View: st}.Respond("env", json.RawMessage(`"staging"`))
+	if len(answer) != 1 {
+		t.Fatalf("no answer to make for %+v", st.PendingInputs)
+	}
+	f.push("s1", withID(answer[0], "ans2")) // the same input of the same request: an ID of its own
+
+	st = f.waitFor("s1", "the answered turn", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "deployed" })
+	if out := string(lastToolPart(st).Output); out != `{"environment":"staging"}` {
+		t.Fatalf("the rerun's output %s, want the second answer", out)
+	}
+}
