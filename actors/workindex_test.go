@@ -211,3 +211,67 @@ func TestAnIndexEntryWithoutWorkIsClearedAtActivation(t *testing.T) {
 		t.Fatalf("%d sessions stayed active", rt.ActiveSessions())
 	}
 }
+
+// The start-up scan over a log written before claims existed: on a store
+// of one agent it goes to that agent (whose activation claims it) and the
+// index becomes complete; on a store of two it goes to nobody, so that a
+// request, not the order of a map, decides who owns it (mutant
+// recover.go:196 skipped it on one agent and gave it to agents[0] on two).
+func TestStartupScanOfAnUnclaimedLog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	src := openMem(t, vfs.NewMem())
+	rt, err := New(src, []*Agent{answering(t, "support", "from support", nil)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Push(ctx, "support", "s1", []protocol.Event{protocol.Inputs.Text("m1", "hi")}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswers(t, rt, "support", "s1", 2, "from support")
+	rt.Close()
+	old, err := src.Read(ctx, "s1", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range old {
+		old[i].Index, old[i].Time = 0, 0
+	}
+	fresh := func() *loadCounter {
+		st := openMem(t, vfs.NewMem())
+		if _, err := st.Append(ctx, "s1", 0, old); err != nil {
+			t.Fatal(err)
+		}
+		return &loadCounter{Store: st, incomplete: true}
+	}
+	for _, c := range []struct {
+		agents []string
+		owner  string
+	}{{[]string{"support", "sales"}, ""}, {[]string{"support"}, "support"}} {
+		st := fresh()
+		if owner, err := sessionOwner(ctx, st, "s1"); err != nil || owner != "" {
+			t.Fatalf("the copied log has an owner already: %q %v", owner, err)
+		}
+		var agents []*Agent
+		for _, name := range c.agents {
+			agents = append(agents, answering(t, name, "from "+name, nil))
+		}
+		rt, err := New(st, agents, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-rt.Recovered():
+		case <-ctx.Done():
+			t.Fatal("the start-up scan did not end")
+		}
+		owner, err := sessionOwner(ctx, st, "s1")
+		if err != nil || owner != c.owner {
+			t.Fatalf("agents %v: after the scan the unclaimed log's owner is %q (%v), want %q", c.agents, owner, err, c.owner)
+		}
+		if len(c.agents) == 1 && !st.marked.Load() {
+			t.Fatal("one agent: the full scan did not mark the work index complete")
+		}
+		rt.Close()
+	}
+}
