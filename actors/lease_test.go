@@ -26,13 +26,73 @@ import (
 type cutOff struct {
 	*pebblestore.Store
 	cut atomic.Bool
+	// ahead makes renewals answer an expiry an hour later, as a store
+	// whose clock runs ahead of the member's would; renewals counts the
+	// successful ones.
+	ahead    atomic.Bool
+	renewals atomic.Int64
 }
 
 func (c *cutOff) RenewLease(ctx context.Context, session, owner string, epoch uint64, ttl time.Duration) (persistence.Lease, error) {
 	if c.cut.Load() {
 		return persistence.Lease{}, errors.New("the store cannot be reached")
 	}
-	return c.Store.RenewLease(ctx, session, owner, epoch, ttl)
+	l, err := c.Store.RenewLease(ctx, session, owner, epoch, ttl)
+	if err == nil {
+		c.renewals.Add(1)
+		if c.ahead.Load() {
+			l.Expires = l.Expires.Add(time.Hour)
+		}
+	}
+	return l, err
+}
+
+// A member counts its lease's validity on its own clock, from before the
+// renewal call: a store whose clock runs ahead (here by an hour) does not
+// make the member keep a session past its lease once renewals fail
+// (mutant lease.go:129 kept the store's expiry).
+func TestALeaseIsValidByTheMembersClock(t *testing.T) {
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem(), Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sc, err := script.Parse([]byte(`{"default":{"text":"ok"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := script.New(sc)
+	a, err := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"), Models: func(string) (harness.Model, error) { return model, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := &cutOff{Store: st}
+	view.ahead.Store(true)
+	rt, err := New(view, []*Agent{a}, Options{Lease: LeaseOptions{Owner: "a", TTL: 400 * time.Millisecond, Renew: 100 * time.Millisecond}, SkipRecovery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	passive := false
+	m := protocol.UIMessage{ID: "m1", Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: "hi"}}}
+	if _, err := rt.Push(ctx, "assistant", "s", []protocol.Event{protocol.Inputs.Message(m, protocol.MessageOptions{Generate: &passive})}, false); err != nil {
+		t.Fatal(err)
+	}
+	for view.renewals.Load() < 2 { // renewed with the store's hour-later expiry
+		if ctx.Err() != nil {
+			t.Fatal("the lease was not renewed twice within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	view.cut.Store(true)
+	for rt.IsActive("s") {
+		if ctx.Err() != nil {
+			t.Fatal("the member kept the session after its renewals failed: it took the store's expiry, an hour later")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Two runtimes on one store, each with its own lease owner. While A holds a
