@@ -315,3 +315,43 @@ func TestDispatcherQueueStaysBounded(t *testing.T) {
 		}
 	}
 }
+
+// A run scheduled while the pool's only worker is busy (it took the
+// previous run from the queue, woken for it) starts another worker: the
+// woken worker no longer counts as waiting (mutants dispatcher.go:108,
+// which drove the count of woken workers negative, and dispatcher.go:181,
+// which counted a woken worker as waiting twice: either way the run was
+// queued for a worker that never came).
+func TestDispatcherStartsAWorkerWhenTheWaitingOneIsTaken(t *testing.T) {
+	d := newReuseDispatcher(mailboxThroughput)
+	d.stallAfter = time.Hour // the watchdog stays out: the pool must grow by itself
+	defer d.close()
+	first := make(chan struct{})
+	d.Schedule(func() { close(first) })
+	<-first
+	// The worker goes back to wait: the next run is handed to it.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		d.mu.Lock()
+		waiting := d.waiting
+		d.mu.Unlock()
+		if waiting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first worker did not wait for work within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	busy := make(chan struct{})
+	d.Schedule(func() { close(busy); <-release })
+	<-busy // the only worker holds this run
+	ran := make(chan struct{})
+	d.Schedule(func() { close(ran) })
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a run scheduled while the only worker was busy did not run within 10 s (%d workers)", d.workers.Load())
+	}
+}
