@@ -32,16 +32,28 @@ func TestOptimisticSkipsConfirmedInputs(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("a confirmed queued send shown %d times", n)
 	}
+	// The step streams: a steer waits in the inbox for the step's end,
+	// ahead of q1 (mutant optimistic.go:114 showed it again from there).
+	work(t, s, &log, TypeGenerationStarted, GenerationStarted{GenerationID: "g1", RequestID: s.ActiveRequestID, Attempt: 1})
 	turn := s.Active.TurnID
 	st := Inputs.Steer(&turn, UIMessage{ID: "s1", Role: RoleUser, Parts: []Part{{Type: PartText, Text: "steer"}}}, nil)
 	drive(t, s, &log, st) // s1 is confirmed at inbox[0], ahead of q1
+	if s.inboxIndex("s1") != 0 {
+		t.Fatalf("the steer is at inbox index %d, want 0 (waiting for the step's end, ahead of q1)", s.inboxIndex("s1"))
+	}
 	n = 0
-	for _, m := range Optimistic(s, []Event{st}).Messages {
+	v := Optimistic(s, []Event{st})
+	for _, m := range v.Messages {
 		if m.ID == "s1" {
 			n++
 		}
 	}
+	for _, it := range v.Inbox.Items { // where a pending steer would be shown again
+		if it.ID == "s1" {
+			n++
+		}
+	}
 	if n != 1 {
-		t.Fatalf("a confirmed steer shown %d times", n)
+		t.Fatalf("a confirmed steer shown %d times (messages and inbox)", n)
 	}
 }

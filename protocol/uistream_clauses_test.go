@@ -242,3 +242,29 @@ func TestUIStreamResendsAToolChangeNoChunkShows(t *testing.T) {
 	all := feed(t, msgOf(stepStart, calcCall(ToolInputAvailable, "", nil)), last)
 	assertRebuilds(t, all, last.Parts)
 }
+
+// uistream.go:87 (three CONDITIONALS_NEGATION mutants of the second run):
+// a streaming text or reasoning part whose providerMetadata changes with no
+// new text sends nothing then, and the change is not lost: the part's end
+// carries it. The mutants took the new metadata as sent already, so the
+// rebuilt part lacked it.
+func TestUIStreamKeepsAMetadataOnlyChangeForThePartsEnd(t *testing.T) {
+	sig := json.RawMessage(`{"p":{"signature":"s"}}`)
+	for _, typ := range []string{PartText, PartReasoning} {
+		part := func(state string, meta json.RawMessage) Part {
+			p := Part{Type: typ, Text: "Hi", State: state, ProviderMetadata: meta}
+			if typ == PartReasoning {
+				p.ID = "r1"
+			}
+			return p
+		}
+		last := msgOf(stepStart, part("done", sig))
+		u := NewUIStream("R1")
+		all := u.Update(msgOf(stepStart, part("streaming", nil)))
+		if mid := u.Update(msgOf(stepStart, part("streaming", sig))); len(mid) != 0 {
+			t.Fatalf("%s: a metadata-only change mid-stream sent %v", typ, chunkTypes(mid))
+		}
+		all = append(all, u.Update(last)...)
+		assertRebuilds(t, all, last.Parts)
+	}
+}
