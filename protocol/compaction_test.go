@@ -183,3 +183,22 @@ func TestModelContext(t *testing.T) {
 		t.Fatal("the summary instruction must ask to preserve exact IDs (OQ-27)")
 	}
 }
+
+// R-COMPACT-20: a completion that reports no input tokens keeps the
+// calibration of the last one that did (it is not on the rule's list of
+// what ends a calibration: a smaller prompt, a retry, a compaction, another
+// model). Mutant fold.go:717:46 replaced it with an unusable {bytes, 0}.
+func TestACompletionWithoutInputTokensKeepsTheCalibration(t *testing.T) {
+	s := NewAIState()
+	var log []Event
+	drive(t, s, &log, Inputs.Text("u1", "hi"))
+	work(t, s, &log, TypeGenerationStarted, GenerationStarted{GenerationID: "g1", RequestID: s.ActiveRequestID, Attempt: 1, Model: "m"})
+	work(t, s, &log, TypeGenerationProgress, GenerationProgress{GenerationID: "g1", Chunks: []UIMessageChunk{{Type: ChunkToolInputAvailable, ToolCallID: "c", ToolName: "x", Input: []byte(`{}`)}}})
+	work(t, s, &log, TypeGenerationCompleted, GenerationCompleted{GenerationID: "g1", InputBytes: 4000, Usage: &Usage{InputTokens: 1500}})
+	work(t, s, &log, TypeToolExecCompleted, ToolExecutionCompleted{ToolCallID: "c", GenerationID: "g1", Output: []byte(`1`)})
+	work(t, s, &log, TypeGenerationStarted, GenerationStarted{GenerationID: "g2", RequestID: s.ActiveRequestID, Attempt: 1, Model: "m"})
+	work(t, s, &log, TypeGenerationCompleted, GenerationCompleted{GenerationID: "g2", InputBytes: 4400, Usage: &Usage{OutputTokens: 5}})
+	if s.Calibration == nil || *s.Calibration != (Calibration{Model: "m", Bytes: 4000, InputTokens: 1500}) {
+		t.Fatalf("calibration %+v after a completion without input tokens, want g1's {m 4000 1500}", s.Calibration)
+	}
+}

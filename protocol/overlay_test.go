@@ -57,3 +57,24 @@ func TestOptimisticSkipsConfirmedInputs(t *testing.T) {
 		t.Fatalf("a confirmed steer shown %d times (messages and inbox)", n)
 	}
 }
+
+// Send-now of the inbox's front item (index 0) promotes it like any
+// other: it generates and steers after the running step (mutant
+// fold.go:248:8, `k <= 0`, made send-now of the front item a no-op; the
+// other send-now tests move items at index 1 or more).
+func TestSendNowOfTheFrontItem(t *testing.T) {
+	s := NewAIState()
+	var log []Event
+	drive(t, s, &log, Inputs.Text("m1", "go"))
+	work(t, s, &log, TypeGenerationStarted, GenerationStarted{GenerationID: "g1", RequestID: s.ActiveRequestID, Attempt: 1})
+	passive := false
+	drive(t, s, &log, Inputs.Message(UIMessage{ID: "q1", Role: RoleUser, Parts: []Part{{Type: PartText, Text: "later"}}}, MessageOptions{Generate: &passive}))
+	if len(s.Inbox.Items) != 1 || s.Inbox.Items[0].ID != "q1" || s.Inbox.Items[0].Generate {
+		t.Fatalf("inbox %+v: want the passive q1 alone at its front", s.Inbox.Items)
+	}
+	turn := s.Active.TurnID
+	drive(t, s, &log, withID(Inputs.Queue.SendNow("q1", &turn, nil), "sn1"))
+	if len(s.Inbox.Items) != 1 || !s.Inbox.Items[0].Generate || s.Inbox.Items[0].AfterStepOf != turn {
+		t.Fatalf("inbox %+v after send-now of its front item: want q1 generating after the step of %s", s.Inbox.Items, turn)
+	}
+}
