@@ -288,24 +288,28 @@ func (r *Runtime) agent(name string) (*Agent, error) {
 }
 
 // request sends a message to a session actor and waits for its answer. A
-// session that stopped in between (passivated, or restarted after a write
-// failure) is activated again once.
+// session that stopped before answering (passivated, or restarted after a
+// write failure) is activated again, up to three attempts in all; one that
+// is alive but does not answer in time is ErrUnavailable.
 func (r *Runtime) request(ctx context.Context, agent *Agent, session string, msg any) (any, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		p, err := r.pid(agent, session)
 		if err != nil {
 			return nil, err
 		}
-		timeout := r.opts.RequestTimeout
+		// The future is bounded by the caller's deadline when that comes
+		// first. A deadline already past ends the request here: a future
+		// with a negative timeout has no timer at all (it would wait for
+		// ever).
+		timeout, byCaller := r.opts.RequestTimeout, false
 		if d, ok := ctx.Deadline(); ok {
-			// A future's timer can fire a moment before the context's own:
-			// the next attempt then has no time left, and a future with a
-			// negative timeout has no timer at all (it would wait for ever).
 			left := time.Until(d)
 			if left <= 0 {
 				return nil, context.DeadlineExceeded
 			}
-			timeout = min(timeout, left)
+			if left < timeout {
+				timeout, byCaller = left, true
+			}
 		}
 		res, err := r.await(r.system.Root.RequestFuture(p, msg, timeout), r.doneOf(p))
 		if err == nil {
@@ -317,8 +321,10 @@ func (r *Runtime) request(ctx context.Context, agent *Agent, session string, msg
 			return nil, ctx.Err()
 		}
 		if errors.Is(err, actor.ErrTimeout) {
-			if d, ok := ctx.Deadline(); ok && time.Until(d) <= 0 {
-				return nil, context.DeadlineExceeded // the future's timer fired a moment before the context's
+			if byCaller {
+				// The caller's deadline, on the future's timer, which can
+				// fire a moment before the context's own.
+				return nil, context.DeadlineExceeded
 			}
 			// The session is alive but did not answer in time (a write that
 			// hangs, say). Activating it again would make a second actor,

@@ -292,7 +292,7 @@ func (s *sessionActor) endTurn(outcome string) {
 		t.turn.End()
 	}
 	t.turn, t.turnID, t.turnCause = nil, "", trace.SpanContext{}
-	clear(t.gens) // kept for the next turn: a map a turn is garbage a turn
+	clear(t.gens) // the maps are kept for the next turn, not made again
 	clear(t.causeOf)
 }
 
