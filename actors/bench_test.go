@@ -31,7 +31,6 @@ import (
 	"github.com/a2-runtime/a2/harness/script"
 	"github.com/a2-runtime/a2/internal/gctune"
 	"github.com/a2-runtime/a2/internal/testutil"
-	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/telemetry"
@@ -399,7 +398,7 @@ func simpleTurns(b *testing.B, fs vfs.FS, o Options) func(ctx context.Context, s
 	if err != nil {
 		b.Fatal(err)
 	}
-	cs := &appendCounter{Store: st}
+	cs := &countingStore{Store: st, countOnly: true}
 	sc, _ := script.Parse([]byte(`{"default":{"text":"a short answer of a few words"}}`))
 	model := script.New(sc)
 	a, _ := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: func(string) (harness.Model, error) { return model, nil }})
@@ -423,29 +422,6 @@ func simpleTurns(b *testing.B, fs vfs.FS, o Options) func(ctx context.Context, s
 		b.Fatalf("the stream ended before the turn: %v", <-errc)
 		return 0
 	}
-}
-
-// appendCounter counts a store's appends and keeps nothing else: the
-// tests' countingStore keeps every batch written, a live heap that grows
-// with the run and makes each garbage collection of a long benchmark
-// dearer (and so whatever allocates look dearer than it is).
-type appendCounter struct {
-	persistence.Store
-	appends atomic.Int64
-}
-
-func (c *appendCounter) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	c.appends.Add(1)
-	return c.Store.Append(ctx, session, expected, events)
-}
-
-func (c *appendCounter) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	c.appends.Add(1)
-	persistence.AppendAsync(ctx, c.Store, session, expected, events, done)
-}
-
-func (c *appendCounter) Follow(session string, after uint64) (persistence.Tail, error) {
-	return persistence.Follow(c.Store, session, after)
 }
 
 // BenchmarkTelemetryCost is what traces and metrics cost the simple turn,
@@ -483,16 +459,13 @@ func BenchmarkTelemetryCost(b *testing.B) {
 			b.ReportMetric(float64(percent), "gc-percent")
 			turn := simpleTurns(b, fs, Options{SnapshotEvery: -1})
 			tp, mp := telemetrytest.Discarding()
-			prevT, prevM, prevP := otel.GetTracerProvider(), otel.GetMeterProvider(), otel.GetTextMapPropagator()
-			offT, offM := tracenoop.NewTracerProvider(), metricnoop.NewMeterProvider()
-			otel.SetTextMapPropagator(propagation.TraceContext{})
+			telemetrytest.RestoreGlobals(b)
 			b.Cleanup(func() {
-				otel.SetTracerProvider(prevT)
-				otel.SetMeterProvider(prevM)
-				otel.SetTextMapPropagator(prevP)
 				_ = tp.Shutdown(context.Background())
 				_ = mp.Shutdown(context.Background())
 			})
+			offT, offM := tracenoop.NewTracerProvider(), metricnoop.NewMeterProvider()
+			otel.SetTextMapPropagator(propagation.TraceContext{})
 			aa := os.Getenv("A2_BENCH_TELEMETRY_AA")
 			// A2_BENCH_TELEMETRY_PARTS=traces or =metrics turns on only
 			// that half, to see what each costs.

@@ -37,18 +37,33 @@ func Install(t testing.TB) *Recorder {
 	r := &Recorder{t: t, spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
+	install(t, tp, mp)
+	return r
+}
+
+// RestoreGlobals puts the global tracer and meter providers and the text
+// map propagator back as they are now once tb ends: a test or benchmark
+// that sets them itself calls it first.
+func RestoreGlobals(tb testing.TB) {
 	prevT, prevM, prevP := otel.GetTracerProvider(), otel.GetMeterProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetMeterProvider(mp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		otel.SetTracerProvider(prevT)
 		otel.SetMeterProvider(prevM)
 		otel.SetTextMapPropagator(prevP)
+	})
+}
+
+// install makes tp and mp the global providers, with the W3C propagators,
+// until tb ends, and shuts them down then.
+func install(tb testing.TB, tp *sdktrace.TracerProvider, mp *sdkmetric.MeterProvider) {
+	RestoreGlobals(tb)
+	otel.SetTracerProvider(tp)
+	otel.SetMeterProvider(mp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	tb.Cleanup(func() { // before the globals are put back
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	return r
 }
 
 // Root starts a root span of the test's own, whose trace the test then
@@ -261,17 +276,7 @@ func Total(rm metricdata.ResourceMetrics, name string, sum bool, match ...attrib
 // meter provider, for protoactor's metrics.
 func InstallDiscarding(tb testing.TB) *sdkmetric.MeterProvider {
 	tp, mp := Discarding()
-	prevT, prevM, prevP := otel.GetTracerProvider(), otel.GetMeterProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetMeterProvider(mp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	tb.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		_ = mp.Shutdown(context.Background())
-		otel.SetTracerProvider(prevT)
-		otel.SetMeterProvider(prevM)
-		otel.SetTextMapPropagator(prevP)
-	})
+	install(tb, tp, mp)
 	return mp
 }
 
