@@ -41,6 +41,9 @@ type lane struct {
 	attempt   int
 	pid       *actor.PID
 	startedEv *protocol.Event
+	// startedAt is when the lane reported its start: the start waits for
+	// the lane's next report until startHold after it (tryFlush).
+	startedAt time.Time
 	started   bool
 	// pre are the compaction events of the step, written after its start
 	// and before its progress.
@@ -244,7 +247,7 @@ func (s *sessionActor) onLane(m any) {
 		if l := s.lanes[m.gen]; l != nil {
 			ev := protocol.Event{ID: protocol.DeriveID("started", s.id, m.gen), Type: protocol.TypeGenerationStarted,
 				Payload: mustJSON(protocol.GenerationStarted{GenerationID: m.gen, RequestID: l.request, Attempt: l.attempt, Model: m.model})}
-			l.startedEv = &ev
+			l.startedEv, l.startedAt = &ev, time.Now()
 			if req := s.metadataRequest(m.model); req != nil && m.limits {
 				l.pre = append(l.pre, *req) // in the start write (R-META-01)
 			}

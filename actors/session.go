@@ -53,6 +53,7 @@ type sessionActor struct {
 	toolRuns    map[string]*toolRun
 	lastWrite   time.Time
 	tickPending bool
+	holdPending bool
 	flushQueued bool // a flushNow is in the mailbox
 	stopping    bool
 	// releasing: the session stops once its write in flight is durable
@@ -135,6 +136,13 @@ type writeDone struct {
 }
 
 type flushTick struct{}
+
+// holdTick ends a start's hold (startHold).
+type holdTick struct{}
+
+// startHold is how long a generation's start waits to be written with its
+// lane's first chunks or end (tryFlush).
+const startHold = 5 * time.Millisecond
 
 // flushNow starts the next write (see flushSoon).
 type flushNow struct{}
@@ -234,6 +242,9 @@ func (s *sessionActor) Receive(c actor.Context) {
 		c.Respond(&handlersWoken{})
 	case *flushTick:
 		s.tickPending = false
+		s.tryFlush()
+	case *holdTick:
+		s.holdPending = false
 		s.tryFlush()
 	case *flushNow:
 		s.flushQueued = false
@@ -537,16 +548,33 @@ func (s *sessionActor) tryFlush() {
 		return
 	}
 	chunks, boundary, events := 0, false, false
+	var hold time.Time // the earliest end of a start's hold
 	for _, l := range s.lanes {
 		chunks += len(l.chunks)
 		boundary = boundary || l.boundary || l.end != nil
-		// A start and the events a lane reports before its chunks (a
-		// compaction's request) are written at once, so that a client sees
-		// a running compaction while its summary request is in flight.
-		events = events || l.startedEv != nil || len(l.pre) > 0
+		// The events a lane reports before its chunks (a compaction's
+		// request) are written at once, so that a client sees a running
+		// compaction while its summary request is in flight. A start alone
+		// waits up to startHold for the lane's next report: a model that
+		// answers at once then writes its start, progress and end in one
+		// write instead of two, and one that does not is shown running
+		// a few milliseconds later.
+		events = events || len(l.pre) > 0
+		if l.startedEv != nil {
+			if until := l.startedAt.Add(startHold); len(l.chunks) > 0 || l.end != nil || !time.Now().Before(until) {
+				events = true
+			} else if hold.IsZero() || until.Before(hold) {
+				hold = until
+			}
+		}
 	}
 	boundary = boundary || events
 	if len(s.queue) == 0 && len(s.workQueue) == 0 && chunks == 0 && !events && !s.anyEnded() {
+		if !hold.IsZero() && !s.holdPending {
+			s.holdPending = true
+			self, sys := s.self, s.rt.system
+			time.AfterFunc(time.Until(hold), func() { sys.Root.Send(self, &holdTick{}) })
+		}
 		return
 	}
 	if d := time.Duration(s.agent.progress.MaxDelayMs) * time.Millisecond; d > 0 && len(s.queue) == 0 && len(s.workQueue) == 0 &&
