@@ -46,9 +46,9 @@ type sessionTrace struct {
 	// causeOf maps a generation request to the command span that produced
 	// it; inputs maps an input message to the command span that sent it;
 	// gens maps a generation attempt to its span, the tools' parent.
-	causeOf map[string]trace.SpanContext
-	inputs  map[string]trace.SpanContext
-	gens    map[string]trace.SpanContext
+	causeOf traceRefs
+	inputs  traceRefs
+	gens    traceRefs
 	// writeSpans are the live spans of what joins the next write besides
 	// pushes (lanes, tool results); afterWrite ends the spans whose last
 	// write that is, once it is durable.
@@ -56,20 +56,83 @@ type sessionTrace struct {
 	afterWrite []func()
 }
 
-// maxTraceEntries bounds each map: entries for inputs that are never
+// maxTraceEntries bounds each list: entries for inputs that are never
 // admitted (removed from the inbox) must not pile up.
-const maxTraceEntries = 1024
+const maxTraceEntries = 64
 
-func putTrace(m *map[string]trace.SpanContext, k string, sc trace.SpanContext) {
+// traceRefs maps keys to span contexts. It holds a few entries at a time
+// (a turn's input, its requests, its attempts): a list searched from its
+// end costs less than a map made for each session.
+type traceRefs []traceRef
+
+type traceRef struct {
+	key string
+	sc  trace.SpanContext
+}
+
+func (r *traceRefs) put(k string, sc trace.SpanContext) {
 	if !sc.IsValid() {
 		return
 	}
-	if *m == nil {
-		*m = map[string]trace.SpanContext{}
-	} else if len(*m) >= maxTraceEntries {
-		clear(*m)
+	if len(*r) >= maxTraceEntries {
+		*r = (*r)[:0]
 	}
-	(*m)[k] = sc
+	r.take(k)
+	*r = append(*r, traceRef{k, sc})
+}
+
+func (r traceRefs) get(k string) trace.SpanContext {
+	for i := len(r) - 1; i >= 0; i-- {
+		if r[i].key == k {
+			return r[i].sc
+		}
+	}
+	return trace.SpanContext{}
+}
+
+// take returns k's span context and forgets it.
+func (r *traceRefs) take(k string) trace.SpanContext {
+	for i := len(*r) - 1; i >= 0; i-- {
+		if (*r)[i].key == k {
+			sc := (*r)[i].sc
+			*r = append((*r)[:i], (*r)[i+1:]...)
+			return sc
+		}
+	}
+	return trace.SpanContext{}
+}
+
+// endingSpan is a span whose attributes are kept until it ends and set
+// then, in one call: the SDK copies a span's start options and grows its
+// attribute slice with every call, so a span with attributes at its start
+// and more at its end costs twice the allocations of one that gets them
+// all at once. Samplers see no attributes at a span's start (A2 samples
+// by its parent, not by attributes).
+type endingSpan struct {
+	trace.Span
+	attrs []attribute.KeyValue
+}
+
+// ending wraps span, nil when span is nil; attrs become its attributes at
+// its end, with those set in between.
+func ending(span trace.Span, attrs []attribute.KeyValue) trace.Span {
+	if span == nil {
+		return nil
+	}
+	if !span.IsRecording() {
+		return span
+	}
+	return &endingSpan{Span: span, attrs: attrs}
+}
+
+func (e *endingSpan) SetAttributes(kv ...attribute.KeyValue) { e.attrs = append(e.attrs, kv...) }
+
+func (e *endingSpan) End(opts ...trace.SpanEndOption) {
+	if e.attrs != nil {
+		e.Span.SetAttributes(e.attrs...)
+		e.attrs = nil
+	}
+	e.Span.End(opts...)
 }
 
 // admitSpan starts the span of a push in the session actor; nil when the
@@ -86,15 +149,15 @@ func (s *sessionActor) admitSpan(m *sessionpb.PushRequest, events []protocol.Eve
 	for i, ev := range events {
 		types[i] = ev.Type
 	}
-	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs := make([]attribute.KeyValue, 0, 9) // and decisions, log index, error type
 	attrs = append(attrs, attribute.String(telemetry.GenAIConversationID, s.id), attribute.String(telemetry.GenAIAgentName, s.agent.Name()),
 		attribute.StringSlice(telemetry.AttrEventTypes, types), attribute.Int(telemetry.AttrEventCount, len(events)),
 		attribute.Bool(telemetry.AttrTrusted, m.Trusted))
 	if s.lease.Epoch > 0 {
 		attrs = append(attrs, attribute.Int64(telemetry.AttrLeaseEpoch, int64(s.lease.Epoch)))
 	}
-	_, span := telemetry.Start(ctx, telemetry.SpanAdmit, trace.WithAttributes(attrs...))
-	return span
+	_, span := telemetry.Start(ctx, telemetry.SpanAdmit)
+	return ending(span, attrs)
 }
 
 // traceDecided records what a push produced in the batch (its own events,
@@ -114,16 +177,16 @@ func (s *sessionActor) traceDecided(p *pendingPush, produced []protocol.Event) {
 				decisions = append(decisions, d.Outcome+trimReason(d.Reason))
 			}
 		case protocol.TypeGenerationRequested:
-			putTrace(&s.trace.causeOf, ev.ID, sc)
+			s.trace.causeOf.put(ev.ID, sc)
 		case protocol.TypeControlRequested:
 			for _, it := range s.state.AI.Inbox.Items {
 				if it.CommandID == ev.ID {
-					putTrace(&s.trace.inputs, it.ID, sc)
+					s.trace.inputs.put(it.ID, sc)
 				}
 			}
 			if a := s.state.AI.Active; a != nil && s.trace.turnID != a.TurnID {
 				// Admitted in the same batch: the inbox no longer has it.
-				putTrace(&s.trace.inputs, a.Input.ID, sc)
+				s.trace.inputs.put(a.Input.ID, sc)
 			}
 		}
 	}
@@ -158,20 +221,19 @@ func endAdmit(p *pendingPush, stored []protocol.Event, err error) {
 // nil when the request has no trace.
 func (s *sessionActor) generationSpan(w protocol.Work, l *lane) trace.Span {
 	t := &s.trace
-	cause := t.causeOf[w.RequestID]
-	delete(t.causeOf, w.RequestID)
+	cause := t.causeOf.take(w.RequestID)
 	if a := s.state.AI.Active; a != nil && a.TurnID != t.turnID {
 		s.endTurn("")
-		parent := t.inputs[a.Input.ID]
-		delete(t.inputs, a.Input.ID)
+		parent := t.inputs.take(a.Input.ID)
 		if !parent.IsValid() {
 			parent = cause
 		}
 		if parent.IsValid() {
-			_, t.turn = telemetry.Start(trace.ContextWithSpanContext(context.Background(), parent), telemetry.SpanInvokeAgent+" "+s.agent.Name(),
-				trace.WithAttributes(attribute.String(telemetry.GenAIOperationName, "invoke_agent"),
-					attribute.String(telemetry.GenAIAgentName, s.agent.Name()), attribute.String(telemetry.GenAIConversationID, s.id),
-					attribute.String(telemetry.AttrTurnID, a.TurnID)))
+			_, turn := telemetry.Start(trace.ContextWithSpanContext(context.Background(), parent), telemetry.SpanInvokeAgent+" "+s.agent.Name())
+			attrs := make([]attribute.KeyValue, 0, 5) // and the outcome
+			t.turn = ending(turn, append(attrs, attribute.String(telemetry.GenAIOperationName, "invoke_agent"),
+				attribute.String(telemetry.GenAIAgentName, s.agent.Name()), attribute.String(telemetry.GenAIConversationID, s.id),
+				attribute.String(telemetry.AttrTurnID, a.TurnID)))
 			t.turnID, t.turnCause = a.TurnID, parent
 		}
 	}
@@ -188,30 +250,32 @@ func (s *sessionActor) generationSpan(w protocol.Work, l *lane) trace.Span {
 	default:
 		parent = cause
 	}
-	opts = append(opts, trace.WithAttributes(attribute.String(telemetry.GenAIConversationID, s.id),
+	attrs := make([]attribute.KeyValue, 0, 9) // and outcome, superseded reason, error type
+	attrs = append(attrs, attribute.String(telemetry.GenAIConversationID, s.id),
 		attribute.String(telemetry.AttrRequestID, w.RequestID), attribute.String(telemetry.AttrGenerationID, l.gen),
-		attribute.Int(telemetry.AttrAttempt, l.attempt), attribute.String(telemetry.AttrRequestReason, requestReason(s.state.AI, w.RequestID))))
+		attribute.Int(telemetry.AttrAttempt, l.attempt), attribute.String(telemetry.AttrRequestReason, requestReason(s.state.AI, w.RequestID)))
 	if s.lease.Epoch > 0 {
-		opts = append(opts, trace.WithAttributes(attribute.Int64(telemetry.AttrLeaseEpoch, int64(s.lease.Epoch))))
+		attrs = append(attrs, attribute.Int64(telemetry.AttrLeaseEpoch, int64(s.lease.Epoch)))
 	}
-	span := startUnder(parent, telemetry.SpanGeneration, opts...)
+	span := startUnder(parent, telemetry.SpanGeneration, attrs, opts...)
 	if span == nil {
 		return nil
 	}
-	putTrace(&t.gens, l.gen, span.SpanContext())
+	t.gens.put(l.gen, span.SpanContext())
 	return span
 }
 
-// startUnder starts a span under parent; without a parent (work resumed
-// after a restart, whose causes were in the memory of the process that
-// died), a root span of a new trace when tracing is on, else nil.
-func startUnder(parent trace.SpanContext, name string, opts ...trace.SpanStartOption) trace.Span {
+// startUnder starts a span under parent, with attrs set at its end
+// (ending); without a parent (work resumed after a restart, whose causes
+// were in the memory of the process that died), a root span of a new trace
+// when tracing is on, else nil.
+func startUnder(parent trace.SpanContext, name string, attrs []attribute.KeyValue, opts ...trace.SpanStartOption) trace.Span {
 	_, span := telemetry.Start(trace.ContextWithSpanContext(context.Background(), parent), name, opts...)
 	if !parent.IsValid() && !span.IsRecording() {
 		span.End()
 		return nil
 	}
-	return span
+	return ending(span, attrs)
 }
 
 // requestReason is the reason of the active generation request (turn,
@@ -246,16 +310,14 @@ func finishGeneration(span trace.Span, began time.Time, outcome, reason, failure
 		return
 	}
 	if span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 1, 3)
-		attrs[0] = attribute.String(telemetry.AttrOutcome, outcome)
+		span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
 		if reason != "" {
-			attrs = append(attrs, attribute.String(telemetry.AttrSupersededReason, reason))
+			span.SetAttributes(attribute.String(telemetry.AttrSupersededReason, reason))
 		}
 		if failure != "" {
 			span.SetStatus(codes.Error, failure)
-			attrs = append(attrs, attribute.String(telemetry.ErrorType, "generation_failed"))
+			span.SetAttributes(attribute.String(telemetry.ErrorType, "generation_failed"))
 		}
-		span.SetAttributes(attrs...)
 	}
 	span.End()
 }
@@ -292,8 +354,7 @@ func (s *sessionActor) endTurn(outcome string) {
 		t.turn.End()
 	}
 	t.turn, t.turnID, t.turnCause = nil, "", trace.SpanContext{}
-	clear(t.gens) // the maps are kept for the next turn, not made again
-	clear(t.causeOf)
+	t.gens, t.causeOf = t.gens[:0], t.causeOf[:0] // kept for the next turn, not made again
 }
 
 // traceTurns ends the turn's span once the state has no active turn, or
@@ -311,7 +372,7 @@ func (s *sessionActor) traceTurns() {
 // toolSpan starts the span of a tool execution attempt, under the
 // generation attempt that called it (or the turn). Nil without a trace.
 func (s *sessionActor) toolSpan(r *toolRun) trace.Span {
-	parent := s.trace.gens[r.gen]
+	parent := s.trace.gens.get(r.gen)
 	if !parent.IsValid() && s.trace.turn != nil {
 		parent = s.trace.turn.SpanContext()
 	}
@@ -319,16 +380,17 @@ func (s *sessionActor) toolSpan(r *toolRun) trace.Span {
 	if s.isReport(r.tool) {
 		recovery = "report"
 	}
-	attrs := []attribute.KeyValue{attribute.String(telemetry.GenAIOperationName, "execute_tool"),
+	attrs := make([]attribute.KeyValue, 0, 14) // and arguments, outcome, error type, result
+	attrs = append(attrs, attribute.String(telemetry.GenAIOperationName, "execute_tool"),
 		attribute.String(telemetry.GenAIToolName, r.tool), attribute.String(telemetry.GenAIToolCallID, r.call),
 		attribute.String(telemetry.GenAIToolType, "function"), attribute.String(telemetry.GenAIConversationID, s.id),
 		attribute.Int(telemetry.AttrExecVersion, r.version), attribute.Int(telemetry.AttrAttempt, r.attempt),
 		attribute.String(telemetry.AttrRecovery, recovery), attribute.Bool(telemetry.AttrRecovered, r.attempt > 1),
-		attribute.String(telemetry.AttrGenerationID, r.gen)}
+		attribute.String(telemetry.AttrGenerationID, r.gen))
 	if telemetry.CaptureContent() {
 		attrs = append(attrs, attribute.String(telemetry.GenAIToolArguments, string(r.input)))
 	}
-	return startUnder(parent, telemetry.SpanExecuteTool+" "+r.tool, trace.WithAttributes(attrs...))
+	return startUnder(parent, telemetry.SpanExecuteTool+" "+r.tool, attrs)
 }
 
 // endToolAfterWrite counts a tool attempt's execution now and ends its
@@ -362,16 +424,14 @@ func endToolSpan(r *toolRun, outcome string, output json.RawMessage, err error) 
 		return
 	}
 	if r.span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 1, 3)
-		attrs[0] = attribute.String(telemetry.AttrOutcome, outcome)
+		r.span.SetAttributes(attribute.String(telemetry.AttrOutcome, outcome))
 		if err != nil {
 			r.span.SetStatus(codes.Error, err.Error())
-			attrs = append(attrs, attribute.String(telemetry.ErrorType, "tool_error"))
+			r.span.SetAttributes(attribute.String(telemetry.ErrorType, "tool_error"))
 		}
 		if telemetry.CaptureContent() && len(output) > 0 {
-			attrs = append(attrs, attribute.String(telemetry.GenAIToolResult, string(output)))
+			r.span.SetAttributes(attribute.String(telemetry.GenAIToolResult, string(output)))
 		}
-		r.span.SetAttributes(attrs...)
 	}
 	r.span.End()
 	r.span = nil
@@ -497,8 +557,10 @@ func startModelCall(ctx context.Context, model, session string) (context.Context
 		attrs: []attribute.KeyValue{attribute.String(telemetry.GenAIOperationName, "chat"),
 			attribute.String(telemetry.GenAIProviderName, providerOf(model)), attribute.String(telemetry.GenAIRequestModel, model)}}
 	if trace.SpanContextFromContext(ctx).IsValid() {
-		ctx, m.span = telemetry.Start(ctx, telemetry.SpanChat+" "+model, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(append(m.attrs[:len(m.attrs):len(m.attrs)], attribute.String(telemetry.GenAIConversationID, session))...))
+		var span trace.Span
+		ctx, span = telemetry.Start(ctx, telemetry.SpanChat+" "+model, trace.WithSpanKind(trace.SpanKindClient))
+		attrs := make([]attribute.KeyValue, 0, 12) // and what end sets
+		m.span = ending(span, append(append(attrs, m.attrs...), attribute.String(telemetry.GenAIConversationID, session)))
 	}
 	return ctx, m
 }
@@ -534,7 +596,7 @@ func (m *modelCall) end(usage *protocol.Usage, finish string, err error) {
 		return
 	}
 	if m.span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, 7)
+		var attrs []attribute.KeyValue
 		if m.chunked {
 			attrs = append(attrs, attribute.Float64(telemetry.GenAITimeToFirstChunk, m.first.Seconds()))
 		}
@@ -564,10 +626,11 @@ func compactionSpan(ctx context.Context, in laneInput, tokens, threshold int64) 
 	if in.span == nil {
 		return ctx, nil
 	}
-	ctx, span := telemetry.Start(ctx, telemetry.SpanCompaction, trace.WithAttributes(
+	ctx, span := telemetry.Start(ctx, telemetry.SpanCompaction)
+	attrs := make([]attribute.KeyValue, 0, 7) // and the outcome, error type
+	return ctx, ending(span, append(attrs,
 		attribute.String(telemetry.GenAIConversationID, in.session), attribute.String(telemetry.AttrGenerationID, in.gen),
 		attribute.Int64("a2.compaction.input_tokens", tokens), attribute.Int64("a2.compaction.threshold_tokens", threshold)))
-	return ctx, span
 }
 
 // endCompaction ends a compaction's span.
