@@ -59,17 +59,25 @@ func DefaultThreshold(contextWindow, maxOutputTokens int64) int64 {
 func EstimateBytes(messages []TranscriptMessage, tools json.RawMessage, instructions string) int64 {
 	n := int64(len(tools)) + int64(len(instructions))
 	for _, m := range messages {
-		m.Parts = append([]Part(nil), m.Parts...)
-		for i := range m.Parts {
-			p := &m.Parts[i]
-			p.ProviderMetadata, p.CallProviderMetadata, p.ResultProviderMetadata = nil, nil, nil
-		}
-		b, err := json.Marshal(m)
-		if err == nil {
-			n += int64(len(b))
-		}
+		n += MessageBytes(m)
 	}
 	return n
+}
+
+// MessageBytes is one message's share of EstimateBytes: its serialized
+// size without provider metadata (0 for a message that does not
+// serialize).
+func MessageBytes(m TranscriptMessage) int64 {
+	m.Parts = append([]Part(nil), m.Parts...)
+	for i := range m.Parts {
+		p := &m.Parts[i]
+		p.ProviderMetadata, p.CallProviderMetadata, p.ResultProviderMetadata = nil, nil, nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return 0
+	}
+	return int64(len(b))
 }
 
 // TokensOf is the uncalibrated estimate: bytes divided by four, rounded up.

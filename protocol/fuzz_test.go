@@ -22,6 +22,9 @@ type sim struct {
 	n      int
 	gens   int
 	frozen map[string][]byte // messages as first seen settled (settledMessages)
+	// sizes is kept from fold to fold, as a session actor keeps its
+	// prompts' cache from step to step (checkSizes).
+	sizes MessageCache[int64]
 }
 
 func newSim() *sim { return &sim{state: NewAIState(), policy: Policy{MaxSteps: 4}} }
@@ -67,6 +70,9 @@ func (s *sim) append(evs ...Event) error {
 		}
 		if err := stillSettled(s.frozen, s.state, ev); err != nil {
 			return err
+		}
+		if err := s.checkSizes(); err != nil {
+			return fmt.Errorf("after %s %s: %w", ev.Type, ev.ID, err)
 		}
 		for id, b := range settledMessages(s.state) {
 			if _, ok := s.frozen[id]; !ok {
@@ -222,7 +228,7 @@ func (s *sim) step(r *rand.Rand) error {
 		return &v
 	}
 	g := st.ActiveGeneration
-	switch r.IntN(22) {
+	switch r.IntN(24) {
 	case 0, 1, 2:
 		f := r.IntN(4) > 0
 		return s.command(Command{Action: ActionSend, Message: text(), Generate: &f}, Trust(r.IntN(2)))
@@ -331,6 +337,20 @@ func (s *sim) step(r *rand.Rand) error {
 			return s.worker(Event{Type: TypeGenerationSuperseded, Payload: mustJSON(GenerationSuperseded{GenerationID: a.Settling[0]})})
 		}
 		return nil
+	case 22:
+		// A compaction before the step: its part in the response, running.
+		if g == nil || g.State != "streaming" || st.Active == nil {
+			return nil
+		}
+		return s.worker(Event{Type: TypeCompactionRequested, Payload: mustJSON(CompactionRequested{
+			GenerationID: g.GenerationID, ResponseMessageID: st.Active.ResponseMessageID})})
+	case 23:
+		// The summary: what precedes the part leaves the model context.
+		if g == nil {
+			return nil
+		}
+		return s.worker(Event{Type: TypeCompactionCompleted, Payload: mustJSON(CompactionCompleted{
+			GenerationID: g.GenerationID, Summary: "summary " + strconv.Itoa(s.n)})})
 	case 21:
 		if r.IntN(40) == 0 {
 			return s.worker(Event{Type: TypeSessionClosed, Payload: json.RawMessage(`{}`)})
@@ -466,6 +486,28 @@ func FuzzFoldBytes(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// checkSizes checks that the estimate of a step's prompt made with the
+// cache of earlier steps (MessageCache, which keeps what settled messages
+// measured) equals the whole computation, on the model context of a read
+// copy of the state, as a lane sees it.
+func (s *sim) checkSizes() error {
+	snap := s.state.ReadCopy()
+	_, after := ModelContext(snap.Messages)
+	err := s.sizes.Update(after, func(id string) bool { return !snap.IsActiveResponse(id) },
+		func(m *TranscriptMessage) (int64, error) { return MessageBytes(*m), nil })
+	if err != nil {
+		return err
+	}
+	var cached int64
+	for i := 0; i < s.sizes.Len(); i++ {
+		cached += s.sizes.At(i)
+	}
+	if full := EstimateBytes(after, nil, ""); cached != full {
+		return fmt.Errorf("the cached estimate is %d bytes, the whole computation %d", cached, full)
+	}
+	return nil
 }
 
 // settledMessages encodes every message but the active response. Once a

@@ -427,6 +427,13 @@ func (s *AIState) clone(allParts bool) *AIState {
 
 // isActiveResponse reports whether id is the response the active turn,
 // request or projection writes.
+// IsActiveResponse says whether message id is the response a generation
+// writes or may write again: the one message later folds change. Every
+// other message is settled and never changes again (the random sessions'
+// check, protocol's fuzz tests), which is what a cache of a transcript's
+// messages may rely on.
+func (s *AIState) IsActiveResponse(id string) bool { return s.isActiveResponse(id) }
+
 func (s *AIState) isActiveResponse(id string) bool {
 	return id != "" && (id == s.ActiveResponseMessageID ||
 		(s.Active != nil && id == s.Active.ResponseMessageID) ||
