@@ -230,6 +230,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 		index:    s.index,
 		store:    s.store,
 		span:     l.span,
+		prompts:  &s.prompts,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }, stopCause: s.childStopCause}
@@ -375,6 +376,9 @@ type laneInput struct {
 	// span is the attempt's span, the parent of its model calls (nil
 	// without a trace).
 	span trace.Span
+	// prompts is the session's cache of its settled messages' share of a
+	// prompt (harness.PromptCache).
+	prompts *harness.PromptCache
 }
 
 // runLane runs one model step (R-GEN-01): resolve the model and settings,
@@ -461,9 +465,13 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	messages := in.messages
 	toolsJSON, _ := json.Marshal(req.Tools)
+	settled := func(id string) bool { return !in.ai.IsActiveResponse(id) }
 	prompt := func() (int64, error) {
+		// The same as ConvertToModelMessages and EstimateBytes of the
+		// model context, with what the settled messages contribute kept
+		// from the session's earlier steps.
 		summary, after := protocol.ModelContext(messages)
-		msgs, err := harness.ConvertToModelMessages(after)
+		msgs, bytes, err := in.prompts.Prompt(after, settled)
 		if err != nil {
 			return 0, err
 		}
@@ -472,7 +480,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 			msgs = append(sm, msgs...)
 		}
 		req.Messages = msgs
-		return protocol.EstimateBytes(after, toolsJSON, instructions) + int64(len(summary)), nil
+		return bytes + int64(len(toolsJSON)) + int64(len(instructions)) + int64(len(summary)), nil
 	}
 	bytes, err := prompt()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/a2-runtime/a2/actors/sessionpb"
+	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/telemetry"
@@ -44,12 +45,15 @@ type sessionActor struct {
 	state *protocol.SessionState
 	index uint64
 
-	queue       []*pendingPush
-	workQueue   []protocol.Event
-	writing     bool
-	inflight    []*pendingPush
-	waiters     []*actor.PID
-	lanes       map[string]*lane
+	queue     []*pendingPush
+	workQueue []protocol.Event
+	writing   bool
+	inflight  []*pendingPush
+	waiters   []*actor.PID
+	lanes     map[string]*lane
+	// prompts keeps the settled messages' share of each step's prompt,
+	// for the lanes (in memory only: a new activation starts empty).
+	prompts     harness.PromptCache
 	toolRuns    map[string]*toolRun
 	lastWrite   time.Time
 	tickPending bool

@@ -1,0 +1,63 @@
+package harness
+
+import (
+	"sync"
+
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// PromptCache keeps what the settled messages of one session's transcript
+// contribute to each model step's prompt: their model messages
+// (ConvertToModelMessages) and their share of the compaction estimate
+// (protocol.MessageBytes), in a protocol.MessageCache. A step then
+// converts and measures only the messages that are new or still written
+// to, so its cost follows what changed, not the conversation's length.
+// The cache lives in memory only, with the session's actor: a new
+// activation starts empty and fills at its first step. It is safe for
+// concurrent use; its zero value is empty.
+type PromptCache struct {
+	mu    sync.Mutex
+	cache protocol.MessageCache[promptShare]
+}
+
+type promptShare struct {
+	bytes int64
+	msgs  []ModelMessage
+}
+
+func sharePrompt(m *protocol.TranscriptMessage) (promptShare, error) {
+	msgs, err := ConvertToModelMessages([]protocol.TranscriptMessage{*m})
+	if err != nil {
+		return promptShare{}, err
+	}
+	return promptShare{bytes: protocol.MessageBytes(*m), msgs: msgs}, nil
+}
+
+// Prompt returns the model messages of messages and the sum of their
+// protocol.MessageBytes: the same as ConvertToModelMessages(messages) and
+// the messages' part of protocol.EstimateBytes. settled says whether a
+// message may be kept (false for the active response, which later folds
+// change). The model messages of settled messages are shared with later
+// prompts: a provider must not change them.
+func (c *PromptCache) Prompt(messages []protocol.TranscriptMessage, settled func(id string) bool) ([]ModelMessage, int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.cache.Update(messages, settled, sharePrompt); err != nil {
+		return nil, 0, err
+	}
+	var total int64
+	count := 0
+	for i := 0; i < c.cache.Len(); i++ {
+		s := c.cache.At(i)
+		total += s.bytes
+		count += len(s.msgs)
+	}
+	var out []ModelMessage
+	if count > 0 {
+		out = make([]ModelMessage, 0, count)
+	}
+	for i := 0; i < c.cache.Len(); i++ {
+		out = append(out, c.cache.At(i).msgs...)
+	}
+	return out, total, nil
+}
