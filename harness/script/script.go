@@ -96,7 +96,35 @@ type Model struct {
 	next   map[string]*Reply       // session -> chained reply for the next call
 	gates  map[string]chan struct{}
 	calls  []harness.Request
+	// sizes keeps the serialized size of the prompt's messages for the
+	// default usage, by their content (sizeKey): a session's settled
+	// messages come back in every later prompt with the same content
+	// (harness.PromptCache), and marshaling the whole prompt at every call
+	// made a long conversation's steps cost what its length did.
+	sizes map[sizeKey]sizeOf
 }
+
+// sizeKey identifies a model message by its content slice (the role is
+// checked on a hit: a pointer hashes cheaper than a string); the map holds
+// the slice, so its array is not reused for other content while the entry
+// lives.
+type sizeKey struct {
+	first *harness.ContentPart
+	n     int
+}
+
+type sizeOf struct {
+	role string
+	size int
+}
+
+// maxCalls bounds the requests a model keeps for Calls (a node serving
+// the script model under load must not keep every prompt), and maxSizes
+// the entries of its size cache.
+const (
+	maxCalls = 1024
+	maxSizes = 1 << 16
+)
 
 // New returns a model serving s.
 func New(s *Script) *Model {
@@ -130,7 +158,8 @@ func (m *Model) gate(name string) chan struct{} {
 	return ch
 }
 
-// Calls returns the requests the model received, in order.
+// Calls returns the requests the model received, in order: the last
+// maxCalls of them.
 func (m *Model) Calls() []harness.Request {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -140,6 +169,10 @@ func (m *Model) Calls() []harness.Request {
 func (m *Model) choose(req harness.Request) (*Reply, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if len(m.calls) == maxCalls {
+		m.calls = append(m.calls[:0], m.calls[maxCalls/2:]...)
+		clear(m.calls[maxCalls/2 : maxCalls])
+	}
 	m.calls = append(m.calls, req)
 	last := req.Messages
 	continuation := len(last) > 0 && last[len(last)-1].Role == harness.ModelRoleTool
@@ -227,7 +260,38 @@ func (m *Model) Stream(ctx context.Context, req harness.Request) (harness.Stream
 	if err != nil {
 		return nil, err
 	}
-	return &stream{ctx: ctx, m: m, chunks: plan(r, req), reply: r}, nil
+	return &stream{ctx: ctx, m: m, chunks: plan(r, req, m.promptSize), reply: r}, nil
+}
+
+// promptSize is len(json.Marshal(messages)), from the sizes of the
+// messages it has seen before.
+func (m *Model) promptSize(messages []harness.ModelMessage) int {
+	if messages == nil {
+		return len("null")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sizes == nil || len(m.sizes) >= maxSizes {
+		m.sizes = map[sizeKey]sizeOf{}
+	}
+	n := len("[]") + max(len(messages)-1, 0) // the brackets and commas
+	for i := range messages {
+		msg := &messages[i]
+		var k sizeKey
+		if len(msg.Content) > 0 {
+			k = sizeKey{first: &msg.Content[0], n: len(msg.Content)}
+			if v, ok := m.sizes[k]; ok && v.role == msg.Role {
+				n += v.size
+				continue
+			}
+		}
+		b, _ := json.Marshal(msg)
+		if k.first != nil {
+			m.sizes[k] = sizeOf{role: msg.Role, size: len(b)}
+		}
+		n += len(b)
+	}
+	return n
 }
 
 // ProviderError is the error of a scripted provider failure.
@@ -242,7 +306,7 @@ type planned struct {
 }
 
 // plan lays out the chunks of a reply.
-func plan(r *Reply, req harness.Request) []planned {
+func plan(r *Reply, req harness.Request, promptSize func([]harness.ModelMessage) int) []planned {
 	var out []planned
 	add := func(c protocol.UIMessageChunk) { out = append(out, planned{chunk: c}) }
 	add(protocol.UIMessageChunk{Type: protocol.ChunkStart})
@@ -292,8 +356,7 @@ func plan(r *Reply, req harness.Request) []planned {
 	}
 	usage := r.Usage
 	if usage == nil {
-		b, _ := json.Marshal(req.Messages)
-		in := int64(len(b)+len(req.System)+3) / 4
+		in := int64(promptSize(req.Messages)+len(req.System)+3) / 4
 		outTok := int64(len(r.Text)+len(r.Reasoning)+3) / 4
 		usage = &protocol.Usage{InputTokens: in, OutputTokens: outTok, TotalTokens: in + outTok}
 	}

@@ -2,6 +2,7 @@ package script
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -158,5 +159,20 @@ func TestReady(t *testing.T) {
 	st2, _ := m.Stream(context.Background(), userReq("s", "y"))
 	if st2.(harness.ReadyStream).Ready() {
 		t.Fatal("a reply whose chunks wait delayMs says ready")
+	}
+}
+
+// The default usage's prompt size is the size of the marshaled prompt,
+// whether its messages were seen before (the size cache) or not.
+func TestPromptSizeIsTheMarshaledPrompt(t *testing.T) {
+	m := New(&Script{})
+	first := []harness.ModelMessage{{Role: harness.ModelRoleUser, Content: []harness.ContentPart{{Type: harness.ContentText, Text: "héllo \"there\""}}}}
+	second := append(first[:1:1], harness.ModelMessage{Role: harness.ModelRoleAssistant, Content: []harness.ContentPart{{Type: harness.ContentText, Text: "hi"},
+		{Type: harness.ContentToolCall, ToolCallID: "c1", ToolName: "lookup", Input: json.RawMessage(`{"q":"<x>"}`)}}})
+	for _, prompt := range [][]harness.ModelMessage{nil, {}, first, second, second, {{Role: harness.ModelRoleUser}}} {
+		want, _ := json.Marshal(prompt)
+		if got := m.promptSize(prompt); got != len(want) {
+			t.Fatalf("prompt %s: size %d, want %d", want, got, len(want))
+		}
 	}
 }
