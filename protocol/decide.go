@@ -475,8 +475,9 @@ func (s *AIState) joinReady(p Policy, generationID string) bool {
 	if len(s.PendingApprovals) > 0 || len(s.PendingInputs) > 0 {
 		return false
 	}
-	for _, id := range sortedKeys(s.Tools) {
-		t := s.Tools[id]
+	// Whether any call holds the join, so the order does not matter: no
+	// sort of every call the session ever made at each step.
+	for _, t := range s.Tools {
 		if t.GenerationID != generationID || toolTerminal(t.Status) {
 			continue
 		}
