@@ -141,6 +141,8 @@ type config struct {
 	// the Prometheus scrape endpoint when set (--metrics-addr).
 	logLevel    slog.Level
 	metricsAddr string
+	// pprofAddr serves net/http/pprof when set (--pprof-addr).
+	pprofAddr string
 	// actorMetrics hands protoactor the meter provider (--actor-metrics).
 	actorMetrics bool
 	// telemetry describes what the node exports, for the banner.
@@ -181,6 +183,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 		return cfg, fmt.Errorf("A2_STEP_TIMEOUT: %w", err)
 	}
 	fs.DurationVar(&cfg.stepTimeout, "step-timeout", stepTimeout, "longest a model step may run before its generation fails; 0 is no limit (A2_STEP_TIMEOUT)")
+	fs.StringVar(&cfg.pprofAddr, "pprof-addr", env("A2_PPROF_ADDR", ""), "address of Go's profiler endpoints (net/http/pprof, GET /debug/pprof/...); empty: none. Bind it to loopback: a profile shows what the node runs (A2_PPROF_ADDR)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", env("A2_METRICS_ADDR", ""), "address of a Prometheus scrape endpoint (GET /metrics); empty: none (A2_METRICS_ADDR; OTLP export is set with the OTEL_* variables, docs/telemetry.md)")
 	fs.BoolVar(&cfg.actorMetrics, "actor-metrics", env("A2_ACTOR_METRICS", "") == "1" || strings.EqualFold(env("A2_ACTOR_METRICS", ""), "true"),
 		"also export protoactor's own actor metrics (every actor message is measured: costly, docs/telemetry.md) when metrics are on (A2_ACTOR_METRICS)")
@@ -257,6 +260,13 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 			return err
 		}
 		defer stopMetrics()
+	}
+	if cfg.pprofAddr != "" {
+		stopPprof, err := servePprof(cfg.pprofAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
 	}
 
 	agent, err := actors.NewAgent(actors.AgentOptions{

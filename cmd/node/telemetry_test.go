@@ -45,10 +45,10 @@ func TestTelemetryAcrossNodeProcesses(t *testing.T) {
 	if err := os.WriteFile(scriptFile, []byte(`{"default":{"text":"traced answer"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr := freePort(t)
+	metricsAddr, pprofAddr := freePort(t), freePort(t)
 	memberBind := "127.0.0.1:" + strconv.Itoa(freePortPair(t))
 	member := startClusterProcEnv(t, "member", "", env, "--role", "member", "--cluster", "otel", "--bind", memberBind,
-		"--allow-local-store", "--data", t.TempDir(), "--script", scriptFile, "--metrics-addr", metricsAddr)
+		"--allow-local-store", "--data", t.TempDir(), "--script", scriptFile, "--metrics-addr", metricsAddr, "--pprof-addr", pprofAddr)
 	gw := startClusterProcEnv(t, "gateway", "", env, "--role", "gateway", "--cluster", "otel",
 		"--bind", "127.0.0.1:"+strconv.Itoa(freePortPair(t)), "--join", memberBind)
 	gw.waitHosts(t, 1)
@@ -93,6 +93,20 @@ func TestTelemetryAcrossNodeProcesses(t *testing.T) {
 	chat := named(spans, "chat")[0]
 	if chat.Attrs["gen_ai.provider.name"] != "script" || chat.Attrs["gen_ai.conversation.id"] != "traced" {
 		t.Fatalf("the chat span has %v", chat.Attrs)
+	}
+
+	// The member's profiler, behind --pprof-addr: its index lists the
+	// profiles, and a heap profile answers.
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1"} {
+		res, err := http.Get("http://" + pprofAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(page), "heap") {
+			t.Fatalf("GET %s: %d %.200s", path, res.StatusCode, page)
+		}
 	}
 
 	// The member's metrics, scraped.
