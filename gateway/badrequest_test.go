@@ -58,6 +58,8 @@ func TestBadRequests(t *testing.T) {
 		{"not an object", "POST", push, `[1,2]`, nil, 400, gateway.CodeInvalid, "JSON object"},
 		{"unknown top-level field", "POST", push, `{"events":[],"extra":1}`, nil, 400, gateway.CodeInvalid, "extra"},
 		{"events missing", "POST", push, `{}`, nil, 400, gateway.CodeInvalid, "events"},
+		{"stream neither 1 nor absent", "POST", push + "?stream=yes", events(send("st1", "user", "hi")), nil, 400, gateway.CodeInvalid, "stream"},
+		{"a streaming push of a bad event", "POST", push + "?stream=1", events(send("st2", "robot", "hi")), nil, 400, gateway.CodeInvalid, "role"},
 		{"events not an array", "POST", push, `{"events":{"id":"x"}}`, nil, 400, gateway.CodeInvalid, "array"},
 		{"no events", "POST", push, `{"events":[]}`, nil, 400, gateway.CodeInvalid, "at least one"},
 		{"event not an object", "POST", push, `{"events":["m9"]}`, nil, 400, gateway.CodeInvalid, "must be an object"},

@@ -244,6 +244,15 @@ func (g *Gateway) push(trusted bool) http.HandlerFunc {
 				return
 			}
 		}
+		stream := false
+		switch v := r.URL.Query().Get("stream"); v {
+		case "":
+		case "1", "true":
+			stream = true
+		default:
+			g.fail(w, r, invalid("stream", "must be 1 (answer with the session's stream from the pushed events until it is idle) or absent, not %q", v))
+			return
+		}
 		events, err := g.decodeEvents(w, r)
 		if err != nil {
 			g.fail(w, r, err)
@@ -254,10 +263,26 @@ func (g *Gateway) push(trusted bool) http.HandlerFunc {
 				g.fail(w, r, err)
 				return
 			}
+			// A push that streams reads the session too: refused before
+			// anything is written.
+			if stream {
+				if err := g.authorize(r, Operation{Type: OpRead, Agent: agent, Session: session}); err != nil {
+					g.fail(w, r, err)
+					return
+				}
+			}
 		}
 		stored, err := g.router.Push(r.Context(), agent, session, events, trusted)
 		if err != nil {
 			g.fail(w, r, err)
+			return
+		}
+		if stream && len(stored) > 0 {
+			// One request for a turn: the stream from the first pushed
+			// event (durable now) until the session is idle, as GET
+			// .../stream?after=N&until=idle would answer; a client that
+			// loses it resumes there with the last index it saw.
+			g.serveStream(w, r, agent, session, stored[0].Index-1, true)
 			return
 		}
 		out := make([]pushedEvent, len(stored))

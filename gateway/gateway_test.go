@@ -484,8 +484,15 @@ func TestStreamUntilIdle(t *testing.T) {
 	if completed != 2 {
 		t.Fatalf("the bounded stream ended after %d completed generations, want both turns' (2):\n%s", completed, got)
 	}
-	if _, index := f.state("s1"); !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) {
+	_, index := f.state("s1")
+	if !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) {
 		t.Fatalf("the bounded stream ended before the log's last event %d", index)
+	}
+	// A replay of an idle session's log from an earlier index ends at its
+	// last event (it waited for ever for an event after it).
+	got = read("?until=idle&after=1")
+	if !strings.HasSuffix(got, ": idle\n\n") || !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) || strings.Contains(got, "id: 1\n") {
+		t.Fatalf("the replay of an idle session from index 1: %q", got)
 	}
 }
 
@@ -519,5 +526,47 @@ func TestEmptyStateHasEveryField(t *testing.T) {
 	var session protocol.SessionInfo
 	if err := json.Unmarshal(empty["session"], &session); err != nil || session.ID != "nobody" || session.Status != protocol.SessionStatusNew {
 		t.Fatalf("the empty session's session is %s (%v), want nobody, new", empty["session"], err)
+	}
+}
+
+// A push with stream=1 is a turn in one request: it answers with the
+// session's stream from the first pushed event, not the history before it,
+// until the session is idle again.
+func TestAPushThatStreams(t *testing.T) {
+	f := newFixture(t, `{"replies":[{"match":"first","text":"one two"},{"match":"second","text":"three four five"}]}`, gateway.Options{}, nil)
+	f.push("s1", protocol.Inputs.Text("m1", "first"))
+	f.waitState("s1", "the first turn", idle)
+	_, before := f.state("s1")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.URL+sessionsPath+"s1/events?stream=1",
+		strings.NewReader(pushBody(protocol.Inputs.Text("m2", "second"))))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the push's stream did not end by itself: %v", err)
+	}
+	got := string(b)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("a streaming push: %d %s %q", resp.StatusCode, resp.Header.Get("Content-Type"), got)
+	}
+	if !strings.HasSuffix(got, ": idle\n\n") {
+		t.Fatalf("the push's stream did not end with the idle comment: %q", got)
+	}
+	first := strings.Index(got, "id: ")
+	if first < 0 || !strings.HasPrefix(got[first:], fmt.Sprintf("id: %d\n", before+1)) {
+		t.Fatalf("the push's stream does not start at the pushed event %d:\n%s", before+1, got)
+	}
+	if n := strings.Count(got, "event: "+protocol.TypeGenerationCompleted+"\n"); n != 1 {
+		t.Fatalf("the push's stream has %d completed generations, want its own turn's (1):\n%s", n, got)
+	}
+	st, index := f.state("s1")
+	if !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) || lastText(st) != "three four five" {
+		t.Fatalf("the stream ended before the turn's last event %d (state %q)", index, lastText(st))
 	}
 }

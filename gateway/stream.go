@@ -56,7 +56,15 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
+	g.serveStream(w, r, agent, session, after, untilIdle)
+}
+
+// serveStream answers with the session's stream of events after index
+// after (the stream endpoint's body, and a push's with stream=1), ending
+// once the session is idle when untilIdle is set.
+func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, session string, after uint64, untilIdle bool) {
 	var st *protocol.SessionState
+	var err error
 	var index uint64
 	if after > 0 || untilIdle {
 		// A resume point past the log's end would wait for ever for events
@@ -99,12 +107,17 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 	var buf []byte // writeSSE's scratch
 	if g.pump(ctx, events, errc, bw, flush, func(ev protocol.Event) bool {
 		buf = writeSSE(bw, ev, buf)
-		if !untilIdle || ev.Index <= index {
+		if !untilIdle || ev.Index < index {
 			return false
 		}
-		if err := protocol.Fold(st.AI, ev); err != nil {
-			g.opts.Logger.WarnContext(ctx, "gateway: a stream cannot fold an event", "session", session, "index", ev.Index, "err", err)
-			return false
+		// At the index of the state read, that state is the session's; a
+		// session idle then ends the stream there (a replay of what it had
+		// already done), and a later event is folded first.
+		if ev.Index > index {
+			if err := protocol.Fold(st.AI, ev); err != nil {
+				g.opts.Logger.WarnContext(ctx, "gateway: a stream cannot fold an event", "session", session, "index", ev.Index, "err", err)
+				return false
+			}
 		}
 		return sessionIdle(st.AI)
 	}, func(err error) {
