@@ -442,6 +442,42 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 	return st, index, nil
 }
 
+// Idle returns the session's durable log index and whether the session is
+// idle at it (protocol.AIState.Idle): what a stream that ends once the
+// session is idle asks after each event, at the cost of a message to the
+// session, where State marshals the whole state. A session nobody wrote to
+// is idle at index 0.
+func (r *Runtime) Idle(ctx context.Context, agentName, session string) (uint64, bool, error) {
+	a, err := r.agent(agentName)
+	if err != nil {
+		return 0, false, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return 0, false, err
+	}
+	if !r.active(a, session) {
+		last, err := r.storeOf(a).LastIndex(ctx, session)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, false, ctx.Err()
+			}
+			return 0, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if last == 0 {
+			return 0, true, nil
+		}
+	}
+	res, err := r.request(ctx, a, session, &statusRequest{})
+	if err != nil {
+		return 0, false, err
+	}
+	reply := res.(*statusReply)
+	if reply.err != nil {
+		return 0, false, reply.err
+	}
+	return reply.index, reply.idle, nil
+}
+
 // StateJSON is State as the state's JSON (SessionState.MarshalJSON), for a
 // node that answers another: it decodes nothing.
 func (r *Runtime) StateJSON(ctx context.Context, agentName, session string) ([]byte, uint64, error) {

@@ -50,7 +50,10 @@ type sessionActor struct {
 	writing   bool
 	inflight  []*pendingPush
 	waiters   []*actor.PID
-	lanes     map[string]*lane
+	// idleWaiters wait for the end of the write in flight to learn
+	// whether the session is idle (statusRequest).
+	idleWaiters []*actor.PID
+	lanes       map[string]*lane
 	// prompts keeps the settled messages' share of each step's prompt,
 	// for the lanes (in memory only: a new activation starts empty).
 	prompts     harness.PromptCache
@@ -209,6 +212,20 @@ func (s *sessionActor) Receive(c actor.Context) {
 			return
 		}
 		s.onPush(c, m)
+	case *statusRequest:
+		if s.broken != nil {
+			c.Respond(&statusReply{err: s.broken})
+			return
+		}
+		if s.stopping {
+			c.Respond(&stoppingReply{})
+			return
+		}
+		if s.writing {
+			s.idleWaiters = append(s.idleWaiters, c.Sender())
+			return
+		}
+		c.Respond(s.statusReply())
 	case *sessionpb.StateRequest:
 		if s.broken != nil {
 			c.Respond(&sessionpb.StateResponse{Error: toPBError(s.broken)})
@@ -300,10 +317,10 @@ func (s *sessionActor) Receive(c actor.Context) {
 			endAdmit(p, nil, nil)
 			c.Send(p.reply, &stoppingReply{})
 		}
-		for _, w := range s.waiters {
+		for _, w := range append(s.waiters, s.idleWaiters...) {
 			c.Send(w, &stoppingReply{})
 		}
-		s.queue, s.inflight, s.waiters = nil, nil, nil
+		s.queue, s.inflight, s.waiters, s.idleWaiters = nil, nil, nil, nil
 	case *actor.Stopped:
 		telemetry.Metrics().SessionsActive.Add(context.Background(), -1)
 		s.releaseLease()
@@ -450,6 +467,20 @@ func replay(ctx context.Context, store persistence.Store, c *protocol.Contract, 
 		}
 	}
 	return st, at, nil
+}
+
+// statusRequest asks a session's durable index and whether it is idle
+// (Runtime.Idle): what a bounded stream needs, without the state.
+type statusRequest struct{}
+
+type statusReply struct {
+	index uint64
+	idle  bool
+	err   error
+}
+
+func (s *sessionActor) statusReply() *statusReply {
+	return &statusReply{index: s.index, idle: s.state.AI.Idle()}
 }
 
 func (s *sessionActor) stateResponse() *sessionpb.StateResponse {
@@ -765,7 +796,10 @@ func (s *sessionActor) onWriteDone(m *writeDone) {
 	for _, w := range s.waiters {
 		s.ctx.Send(w, s.stateResponse())
 	}
-	s.waiters = nil
+	for _, w := range s.idleWaiters {
+		s.ctx.Send(w, s.statusReply())
+	}
+	s.waiters, s.idleWaiters = nil, nil
 	s.maybeSnapshot(m.stored)
 	if s.releasing {
 		s.stop()

@@ -37,6 +37,15 @@ type Router interface {
 	History(ctx context.Context, agent, session string, after uint64, limit int) ([]protocol.Event, error)
 }
 
+// IdleReader is a Router that also tells a session's durable index and
+// whether it is idle there without reading its state: a stream that ends
+// once the session is idle (until=idle, a push with stream=1) then costs a
+// few such questions per turn, not the whole state. A Router without it
+// serves those streams from State.
+type IdleReader interface {
+	Idle(ctx context.Context, agent, session string) (index uint64, idle bool, err error)
+}
+
 // RuntimeRouter serves the sessions of one in-process runtime.
 type RuntimeRouter struct {
 	Runtime *actors.Runtime
@@ -61,6 +70,11 @@ func (r RuntimeRouter) Push(ctx context.Context, agent, session string, events [
 // State implements Router.
 func (r RuntimeRouter) State(ctx context.Context, agent, session string) (*protocol.SessionState, uint64, error) {
 	return r.Runtime.State(ctx, agent, session)
+}
+
+// Idle implements IdleReader.
+func (r RuntimeRouter) Idle(ctx context.Context, agent, session string) (uint64, bool, error) {
+	return r.Runtime.Idle(ctx, agent, session)
 }
 
 // Subscribe implements Router.

@@ -63,14 +63,21 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 // after (the stream endpoint's body, and a push's with stream=1), ending
 // once the session is idle when untilIdle is set.
 func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, session string, after uint64, untilIdle bool) {
+	// A router that can tell whether a session is idle without its state
+	// (IdleReader) is asked that; another's state is read and folded.
+	idler, cheap := g.router.(IdleReader)
 	var st *protocol.SessionState
-	var err error
 	var index uint64
+	idle := false
+	var err error
 	if after > 0 || untilIdle {
 		// A resume point past the log's end would wait for ever for events
 		// it has already "seen": refuse it, with the index to resume from.
-		// until=idle folds what follows the state it reads here.
-		st, index, err = g.router.State(r.Context(), agent, session)
+		if cheap {
+			index, idle, err = idler.Idle(r.Context(), agent, session)
+		} else if st, index, err = g.router.State(r.Context(), agent, session); err == nil {
+			idle = sessionIdle(st.AI)
+		}
 		if err != nil {
 			g.fail(w, r, err)
 			return
@@ -99,27 +106,55 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 	if flush() != nil {
 		return
 	}
-	if untilIdle && after >= index && sessionIdle(st.AI) {
+	if untilIdle && after >= index && idle {
 		_, _ = bw.WriteString(": idle\n\n")
 		_ = flush()
 		return
 	}
+	// until=idle: the stream ends at the index where the session was seen
+	// idle (idleAt, 0 while it has not been), once that event is written:
+	// at the index read above (a replay of what it had already done), or
+	// at a later one, learnt by folding each later event into the state
+	// read, or by asking the router again after each event that can end
+	// activity (any but progress) past the index it last answered.
+	var idleAt uint64
+	if idle {
+		idleAt = index
+	}
+	asked := index
 	var buf []byte // writeSSE's scratch
 	if g.pump(ctx, events, errc, bw, flush, func(ev protocol.Event) bool {
 		buf = writeSSE(bw, ev, buf)
-		if !untilIdle || ev.Index < index {
+		if !untilIdle {
 			return false
 		}
-		// At the index of the state read, that state is the session's; a
-		// session idle then ends the stream there (a replay of what it had
-		// already done), and a later event is folded first.
-		if ev.Index > index {
+		if idleAt > 0 {
+			return ev.Index >= idleAt
+		}
+		if ev.Index <= index {
+			return false
+		}
+		if !cheap {
 			if err := protocol.Fold(st.AI, ev); err != nil {
 				g.opts.Logger.WarnContext(ctx, "gateway: a stream cannot fold an event", "session", session, "index", ev.Index, "err", err)
 				return false
 			}
+			return sessionIdle(st.AI)
 		}
-		return sessionIdle(st.AI)
+		if ev.Type == protocol.TypeGenerationProgress || ev.Index <= asked {
+			return false
+		}
+		at, ok, err := idler.Idle(ctx, agent, session)
+		if err != nil {
+			g.opts.Logger.WarnContext(ctx, "gateway: a stream cannot tell whether its session is idle", "session", session, "err", err)
+			return false
+		}
+		asked = at
+		if ok {
+			idleAt = at
+			return ev.Index >= idleAt
+		}
+		return false
 	}, func(err error) {
 		g.opts.Logger.WarnContext(ctx, "gateway: a stream's subscription failed", "err", err)
 		_, _ = bw.WriteString(": error " + oneLine(classify(err).Message) + "\n\n")
@@ -132,10 +167,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 // sessionIdle reports whether nothing runs or waits in a session: no turn,
 // no generation request, no queued input (unless the inbox is paused), no
 // command awaiting its decision.
-func sessionIdle(s *protocol.AIState) bool {
-	return s.Active == nil && s.ActiveRequestID == "" && len(s.PendingQueueCommands) == 0 &&
-		(len(s.Inbox.Items) == 0 || s.Inbox.Paused)
-}
+func sessionIdle(s *protocol.AIState) bool { return s.Idle() }
 
 // startSSE answers 200 with the headers of a server-sent event stream and
 // returns its buffered writer and the flush that writes it out (within the

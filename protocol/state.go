@@ -427,6 +427,14 @@ func (s *AIState) clone(allParts bool) *AIState {
 
 // isActiveResponse reports whether id is the response the active turn,
 // request or projection writes.
+// Idle says whether nothing runs or waits in the session: no turn, no
+// generation request, no queued input (unless the inbox is paused), no
+// command awaiting its decision.
+func (s *AIState) Idle() bool {
+	return s.Active == nil && s.ActiveRequestID == "" && len(s.PendingQueueCommands) == 0 &&
+		(len(s.Inbox.Items) == 0 || s.Inbox.Paused)
+}
+
 // IsActiveResponse says whether message id is the response a generation
 // writes or may write again: the one message later folds change. Every
 // other message is settled and never changes again (the random sessions'
