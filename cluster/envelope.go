@@ -17,6 +17,7 @@ const (
 	kindPush        = "push"         // sessionpb.PushRequest -> sessionpb.PushResponse
 	kindState       = "state"        // sessionpb.StateRequest -> sessionpb.StateResponse
 	kindHistory     = "history"      // HistoryRequest -> HistoryResponse
+	kindIdle        = "idle"         // IdleRequest -> IdleResponse
 	kindSubscribe   = "subscribe"    // SubscribeRequest -> SubscribeResponse
 	kindStreamBatch = "stream.batch" // StreamBatch, owner to subscriber
 	kindStreamAck   = "stream.ack"   // StreamAck, subscriber to owner

@@ -88,7 +88,7 @@ func (n *Node) serveGrain(c actor.Context, session string, env *clusterpb.Envelo
 			n.endStream(m.Stream)
 		}
 		return
-	case kindPush, kindState, kindHistory, kindSubscribe:
+	case kindPush, kindState, kindIdle, kindHistory, kindSubscribe:
 	default:
 		n.cfg.Logger.Warn("refused an envelope of an unknown kind", "kind", env.Kind, "from", sender)
 		respond(badMessage(codeUnsupported, "unknown envelope kind %q", env.Kind))
@@ -145,6 +145,16 @@ func (n *Node) serveRequest(ctx context.Context, session string, env *clusterpb.
 			return errorEnvelope(err)
 		}
 		return wrap(kindResult, &sessionpb.StateResponse{State: b, Index: index}, time.Time{})
+	case kindIdle:
+		var m clusterpb.IdleRequest
+		if bad := unwrap(env, &m); bad != nil {
+			return bad
+		}
+		index, idle, err := n.rt.Idle(ctx, m.Agent, session)
+		if err != nil {
+			return errorEnvelope(err)
+		}
+		return wrap(kindResult, &clusterpb.IdleResponse{Index: index, Idle: idle}, time.Time{})
 	case kindHistory:
 		var m clusterpb.HistoryRequest
 		if bad := unwrap(env, &m); bad != nil {

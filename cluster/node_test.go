@@ -140,6 +140,7 @@ func TestMemberRefusesBadEnvelopesAndServesTheRouter(t *testing.T) {
 		{"newer version at a grain", grainPID, &clusterpb.Envelope{Version: version + 1, Kind: kindPush, Body: pushFor("s1")}, codeUnsupported},
 		{"newer version at the activator", activatorPID, &clusterpb.Envelope{Version: version + 1, Kind: kindActivate}, codeUnsupported},
 		{"a body that does not decode", grainPID, &clusterpb.Envelope{Version: version, Kind: kindPush, Body: garbage}, codeBadMessage},
+		{"an idle question that does not decode", grainPID, &clusterpb.Envelope{Version: version, Kind: kindIdle, Body: garbage}, codeBadMessage},
 		{"an activation that does not decode", activatorPID, &clusterpb.Envelope{Version: version, Kind: kindActivate, Body: garbage}, codeBadMessage},
 		{"a push for another session", grainPID, &clusterpb.Envelope{Version: version, Kind: kindPush, Body: pushFor("other")}, codeBadMessage},
 		{"a result sent as a request", grainPID, &clusterpb.Envelope{Version: version, Kind: kindResult}, codeUnsupported},

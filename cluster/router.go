@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/a2-runtime/a2/actors"
@@ -65,6 +66,29 @@ func (r Router) State(ctx context.Context, agent, session string) (*protocol.Ses
 		return nil, 0, fmt.Errorf("%w: the state of session %q does not decode: %v", actors.ErrUnavailable, session, err)
 	}
 	return st, res.Index, nil
+}
+
+// Idle implements gateway.IdleReader. A member of an older build, which
+// does not know the question, is answered from its State.
+func (r Router) Idle(ctx context.Context, agent, session string) (uint64, bool, error) {
+	if _, err := r.agent(agent); err != nil {
+		return 0, false, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return 0, false, err
+	}
+	var res clusterpb.IdleResponse
+	if _, err := r.n.request(ctx, session, kindIdle, &clusterpb.IdleRequest{Agent: agent, Session: session}, &res); err != nil {
+		if !errors.Is(err, ErrUnsupported) {
+			return 0, false, err
+		}
+		st, index, err := r.State(ctx, agent, session)
+		if err != nil {
+			return 0, false, err
+		}
+		return index, st.AI.Idle(), nil
+	}
+	return res.Index, res.Idle, nil
 }
 
 // History implements gateway.Router.

@@ -117,6 +117,113 @@ func (x *Envelope) GetTrace() map[string]string {
 	return nil
 }
 
+// IdleRequest asks a session's durable index and whether the session is
+// idle there (actors.Runtime.Idle): what a stream that ends once its
+// session is idle asks after each event, without the state.
+type IdleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	Session       string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IdleRequest) Reset() {
+	*x = IdleRequest{}
+	mi := &file_a2_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IdleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IdleRequest) ProtoMessage() {}
+
+func (x *IdleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_a2_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IdleRequest.ProtoReflect.Descriptor instead.
+func (*IdleRequest) Descriptor() ([]byte, []int) {
+	return file_a2_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IdleRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *IdleRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+type IdleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Idle          bool                   `protobuf:"varint,2,opt,name=idle,proto3" json:"idle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IdleResponse) Reset() {
+	*x = IdleResponse{}
+	mi := &file_a2_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IdleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IdleResponse) ProtoMessage() {}
+
+func (x *IdleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_a2_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IdleResponse.ProtoReflect.Descriptor instead.
+func (*IdleResponse) Descriptor() ([]byte, []int) {
+	return file_a2_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *IdleResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *IdleResponse) GetIdle() bool {
+	if x != nil {
+		return x.Idle
+	}
+	return false
+}
+
 // HistoryRequest reads up to limit durable events after an index.
 type HistoryRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -130,7 +237,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_a2_cluster_proto_msgTypes[1]
+	mi := &file_a2_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -142,7 +249,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[1]
+	mi := &file_a2_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -155,7 +262,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{1}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HistoryRequest) GetAgent() string {
@@ -197,7 +304,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_a2_cluster_proto_msgTypes[2]
+	mi := &file_a2_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -209,7 +316,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[2]
+	mi := &file_a2_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -222,7 +329,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{2}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HistoryResponse) GetEvents() []*sessionpb.Event {
@@ -257,7 +364,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_a2_cluster_proto_msgTypes[3]
+	mi := &file_a2_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -269,7 +376,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[3]
+	mi := &file_a2_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -282,7 +389,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{3}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubscribeRequest) GetAgent() string {
@@ -337,7 +444,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_a2_cluster_proto_msgTypes[4]
+	mi := &file_a2_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +456,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[4]
+	mi := &file_a2_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +469,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{4}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubscribeResponse) GetError() *sessionpb.Error {
@@ -386,7 +493,7 @@ type StreamBatch struct {
 
 func (x *StreamBatch) Reset() {
 	*x = StreamBatch{}
-	mi := &file_a2_cluster_proto_msgTypes[5]
+	mi := &file_a2_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +505,7 @@ func (x *StreamBatch) String() string {
 func (*StreamBatch) ProtoMessage() {}
 
 func (x *StreamBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[5]
+	mi := &file_a2_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +518,7 @@ func (x *StreamBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamBatch.ProtoReflect.Descriptor instead.
 func (*StreamBatch) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{5}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StreamBatch) GetStream() string {
@@ -447,7 +554,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_a2_cluster_proto_msgTypes[6]
+	mi := &file_a2_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +566,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[6]
+	mi := &file_a2_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +579,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{6}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamAck) GetStream() string {
@@ -502,7 +609,7 @@ type StreamEnd struct {
 
 func (x *StreamEnd) Reset() {
 	*x = StreamEnd{}
-	mi := &file_a2_cluster_proto_msgTypes[7]
+	mi := &file_a2_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +621,7 @@ func (x *StreamEnd) String() string {
 func (*StreamEnd) ProtoMessage() {}
 
 func (x *StreamEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[7]
+	mi := &file_a2_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +634,7 @@ func (x *StreamEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEnd.ProtoReflect.Descriptor instead.
 func (*StreamEnd) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{7}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StreamEnd) GetStream() string {
@@ -559,7 +666,7 @@ type ActivateRequest struct {
 
 func (x *ActivateRequest) Reset() {
 	*x = ActivateRequest{}
-	mi := &file_a2_cluster_proto_msgTypes[8]
+	mi := &file_a2_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +678,7 @@ func (x *ActivateRequest) String() string {
 func (*ActivateRequest) ProtoMessage() {}
 
 func (x *ActivateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[8]
+	mi := &file_a2_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +691,7 @@ func (x *ActivateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateRequest.ProtoReflect.Descriptor instead.
 func (*ActivateRequest) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{8}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ActivateRequest) GetSession() string {
@@ -618,7 +725,7 @@ type ActivateResponse struct {
 
 func (x *ActivateResponse) Reset() {
 	*x = ActivateResponse{}
-	mi := &file_a2_cluster_proto_msgTypes[9]
+	mi := &file_a2_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +737,7 @@ func (x *ActivateResponse) String() string {
 func (*ActivateResponse) ProtoMessage() {}
 
 func (x *ActivateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[9]
+	mi := &file_a2_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +750,7 @@ func (x *ActivateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateResponse.ProtoReflect.Descriptor instead.
 func (*ActivateResponse) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{9}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ActivateResponse) GetError() *sessionpb.Error {
@@ -666,7 +773,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_a2_cluster_proto_msgTypes[10]
+	mi := &file_a2_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +785,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[10]
+	mi := &file_a2_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +798,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{10}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseRequest) GetSession() string {
@@ -718,7 +825,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_a2_cluster_proto_msgTypes[11]
+	mi := &file_a2_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +837,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_a2_cluster_proto_msgTypes[11]
+	mi := &file_a2_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +850,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_a2_cluster_proto_rawDescGZIP(), []int{11}
+	return file_a2_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReleaseResponse) GetError() *sessionpb.Error {
@@ -767,7 +874,13 @@ const file_a2_cluster_proto_rawDesc = "" +
 	"\n" +
 	"TraceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
+	"\vIdleRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\"8\n" +
+	"\fIdleResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04idle\x18\x02 \x01(\bR\x04idle\"l\n" +
 	"\x0eHistoryRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x14\n" +
@@ -819,33 +932,35 @@ func file_a2_cluster_proto_rawDescGZIP() []byte {
 	return file_a2_cluster_proto_rawDescData
 }
 
-var file_a2_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_a2_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_a2_cluster_proto_goTypes = []any{
 	(*Envelope)(nil),          // 0: a2.cluster.v1.Envelope
-	(*HistoryRequest)(nil),    // 1: a2.cluster.v1.HistoryRequest
-	(*HistoryResponse)(nil),   // 2: a2.cluster.v1.HistoryResponse
-	(*SubscribeRequest)(nil),  // 3: a2.cluster.v1.SubscribeRequest
-	(*SubscribeResponse)(nil), // 4: a2.cluster.v1.SubscribeResponse
-	(*StreamBatch)(nil),       // 5: a2.cluster.v1.StreamBatch
-	(*StreamAck)(nil),         // 6: a2.cluster.v1.StreamAck
-	(*StreamEnd)(nil),         // 7: a2.cluster.v1.StreamEnd
-	(*ActivateRequest)(nil),   // 8: a2.cluster.v1.ActivateRequest
-	(*ActivateResponse)(nil),  // 9: a2.cluster.v1.ActivateResponse
-	(*ReleaseRequest)(nil),    // 10: a2.cluster.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),   // 11: a2.cluster.v1.ReleaseResponse
-	nil,                       // 12: a2.cluster.v1.Envelope.TraceEntry
-	(*sessionpb.Event)(nil),   // 13: a2.session.v1.Event
-	(*sessionpb.Error)(nil),   // 14: a2.session.v1.Error
+	(*IdleRequest)(nil),       // 1: a2.cluster.v1.IdleRequest
+	(*IdleResponse)(nil),      // 2: a2.cluster.v1.IdleResponse
+	(*HistoryRequest)(nil),    // 3: a2.cluster.v1.HistoryRequest
+	(*HistoryResponse)(nil),   // 4: a2.cluster.v1.HistoryResponse
+	(*SubscribeRequest)(nil),  // 5: a2.cluster.v1.SubscribeRequest
+	(*SubscribeResponse)(nil), // 6: a2.cluster.v1.SubscribeResponse
+	(*StreamBatch)(nil),       // 7: a2.cluster.v1.StreamBatch
+	(*StreamAck)(nil),         // 8: a2.cluster.v1.StreamAck
+	(*StreamEnd)(nil),         // 9: a2.cluster.v1.StreamEnd
+	(*ActivateRequest)(nil),   // 10: a2.cluster.v1.ActivateRequest
+	(*ActivateResponse)(nil),  // 11: a2.cluster.v1.ActivateResponse
+	(*ReleaseRequest)(nil),    // 12: a2.cluster.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),   // 13: a2.cluster.v1.ReleaseResponse
+	nil,                       // 14: a2.cluster.v1.Envelope.TraceEntry
+	(*sessionpb.Event)(nil),   // 15: a2.session.v1.Event
+	(*sessionpb.Error)(nil),   // 16: a2.session.v1.Error
 }
 var file_a2_cluster_proto_depIdxs = []int32{
-	12, // 0: a2.cluster.v1.Envelope.trace:type_name -> a2.cluster.v1.Envelope.TraceEntry
-	13, // 1: a2.cluster.v1.HistoryResponse.events:type_name -> a2.session.v1.Event
-	14, // 2: a2.cluster.v1.HistoryResponse.error:type_name -> a2.session.v1.Error
-	14, // 3: a2.cluster.v1.SubscribeResponse.error:type_name -> a2.session.v1.Error
-	13, // 4: a2.cluster.v1.StreamBatch.events:type_name -> a2.session.v1.Event
-	14, // 5: a2.cluster.v1.StreamEnd.error:type_name -> a2.session.v1.Error
-	14, // 6: a2.cluster.v1.ActivateResponse.error:type_name -> a2.session.v1.Error
-	14, // 7: a2.cluster.v1.ReleaseResponse.error:type_name -> a2.session.v1.Error
+	14, // 0: a2.cluster.v1.Envelope.trace:type_name -> a2.cluster.v1.Envelope.TraceEntry
+	15, // 1: a2.cluster.v1.HistoryResponse.events:type_name -> a2.session.v1.Event
+	16, // 2: a2.cluster.v1.HistoryResponse.error:type_name -> a2.session.v1.Error
+	16, // 3: a2.cluster.v1.SubscribeResponse.error:type_name -> a2.session.v1.Error
+	15, // 4: a2.cluster.v1.StreamBatch.events:type_name -> a2.session.v1.Event
+	16, // 5: a2.cluster.v1.StreamEnd.error:type_name -> a2.session.v1.Error
+	16, // 6: a2.cluster.v1.ActivateResponse.error:type_name -> a2.session.v1.Error
+	16, // 7: a2.cluster.v1.ReleaseResponse.error:type_name -> a2.session.v1.Error
 	8,  // [8:8] is the sub-list for method output_type
 	8,  // [8:8] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
@@ -864,7 +979,7 @@ func file_a2_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_a2_cluster_proto_rawDesc), len(file_a2_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
