@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -247,5 +248,30 @@ func TestReportToolsWaitForTheirStep(t *testing.T) {
 	st = f.waitFor("s1", "the turn's end", idle)
 	if st.Tools["c1"].Status != protocol.ToolStatusCompleted || lastText(st) != "and more wordsdone" {
 		t.Fatalf("after the step: tool %+v, text %q", st.Tools["c1"], lastText(st))
+	}
+}
+
+// A call's first claim rides with the write that requests it: the call is
+// claimed (durable before it runs, as any claim) without a write of its
+// own, so a 3-step turn writes the push, the step with its request and
+// claim, the result with the continuation's request, and the continuation.
+func TestAClaimRidesWithItsRequest(t *testing.T) {
+	lookup := tools.Tool{Name: "lookup", Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"found":true}`), nil
+	}}
+	f := newFixture(t, `{"default":{"text":"let me look","toolCalls":[{"name":"lookup","input":{"q":"x"}}],"then":{"text":"found it"}}}`,
+		func(a *AgentOptions) { a.Tools = []tools.Tool{lookup} })
+	f.push("s1", protocol.Inputs.Text("m1", "look it up"))
+	f.waitFor("s1", "the turn's end", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 && len(s.Tools) == 1 })
+	claim := f.store.batchOf(func(ev protocol.Event) bool { return ev.Type == protocol.TypeToolExecClaimed })
+	var types []string
+	for _, ev := range claim {
+		types = append(types, ev.Type)
+	}
+	if !slices.Contains(types, protocol.TypeToolExecRequested) {
+		t.Fatalf("the claim was written in %v, without its request", types)
+	}
+	if i, j := slices.Index(types, protocol.TypeToolExecRequested), slices.Index(types, protocol.TypeToolExecClaimed); i > j {
+		t.Fatalf("the claim precedes its request in %v", types)
 	}
 }

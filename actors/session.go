@@ -53,7 +53,9 @@ type sessionActor struct {
 	// idleWaiters wait for the end of the write in flight to learn
 	// whether the session is idle (statusRequest).
 	idleWaiters []*actor.PID
-	lanes       map[string]*lane
+	// claimBuf is claimsOfBatch's scratch list of pending work.
+	claimBuf []protocol.Work
+	lanes    map[string]*lane
 	// prompts keeps the settled messages' share of each step's prompt,
 	// for the lanes (in memory only: a new activation starts empty).
 	prompts     harness.PromptCache
@@ -767,6 +769,9 @@ func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
 		return nil, pushes, err
 	}
 	if err := step(); err != nil {
+		return nil, pushes, err
+	}
+	if err := add(s.claimsOfBatch(batch)...); err != nil {
 		return nil, pushes, err
 	}
 	return batch, pushes, nil

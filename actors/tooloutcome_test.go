@@ -238,13 +238,16 @@ func (f *failFirstClaim) AppendAsync(ctx context.Context, session string, expect
 // R-TOOL-15: under "report", an attempt that failed before Execute (its
 // claim write failed) is retried and runs the tool: the call gets the
 // tool's real result, not the interrupted error, and the tool ran once.
+// The claim rides with the write of the step that requested the call, so
+// the failed write takes the step's end with it, and the step runs again
+// (the script's default answers it again).
 func TestReportToolRetriesAFailureBeforeExecute(t *testing.T) {
 	var runs atomic.Int64
 	charge := tools.Tool{Name: "charge", Recovery: "report", Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
 		runs.Add(1)
 		return json.RawMessage(`"charged"`), nil
 	}}
-	f := newFixture(t, `{"replies":[{"match":"pay","toolCalls":[{"name":"charge","input":{}}],"then":{"text":"paid"}}]}`,
+	f := newFixture(t, `{"default":{"toolCalls":[{"name":"charge","input":{}}],"then":{"text":"paid"}}}`,
 		func(a *AgentOptions) { a.Tools = []tools.Tool{charge} })
 	fs := &failFirstClaim{countingStore: f.store}
 	f.recovered() // the start-up scan reads the store field

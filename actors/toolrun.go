@@ -150,7 +150,11 @@ func (s *sessionActor) cancelRun(r *toolRun, cause error) {
 }
 
 // claim appends the claim of the next attempt of a call.
-func (s *sessionActor) claim(w protocol.Work) {
+func (s *sessionActor) claim(w protocol.Work) { s.queueWork(s.claimEvent(w)) }
+
+// claimEvent makes the run of the next attempt of a call and returns its
+// claim, for the next write.
+func (s *sessionActor) claimEvent(w protocol.Work) protocol.Event {
 	attempt := w.Attempt + 1
 	r := &toolRun{call: w.ToolCallID, tool: w.ToolName, gen: w.GenerationID, version: w.Version, attempt: attempt, input: w.Input}
 	r.event = protocol.Event{ID: protocol.DeriveID("tool", s.id, w.GenerationID, w.ToolCallID, strconv.Itoa(w.Version)), Type: protocol.TypeToolExecRequested, Session: s.id,
@@ -160,9 +164,39 @@ func (s *sessionActor) claim(w protocol.Work) {
 	if l := s.lanes[w.GenerationID]; l != nil && l.span != nil {
 		s.trace.writeSpans = append(s.trace.writeSpans, l.span) // the claim's write, while its step streams
 	}
-	s.queueWork(protocol.Event{ID: protocol.DeriveID("claim", s.id, w.GenerationID, w.ToolCallID, strconv.Itoa(w.Version), strconv.Itoa(attempt)), Cause: r.event.ID,
+	return protocol.Event{ID: protocol.DeriveID("claim", s.id, w.GenerationID, w.ToolCallID, strconv.Itoa(w.Version), strconv.Itoa(attempt)), Cause: r.event.ID,
 		Type: protocol.TypeToolExecClaimed, Payload: mustJSON(protocol.ToolExecutionClaimed{ToolCallID: w.ToolCallID,
-			GenerationID: w.GenerationID, Version: w.Version, Attempt: attempt})})
+			GenerationID: w.GenerationID, Version: w.Version, Attempt: attempt})}
+}
+
+// claimsOfBatch returns the claims of the calls that a batch's requests
+// made runnable (ai.tool.execution.requested in it, folded), to write in
+// the same batch: a claim is durable before its call runs either way
+// (the run starts once the write is), and riding with the request saves
+// the write of its own it took after it. Only first attempts: a rerun's
+// claim, after a claim that lapsed, waits for reconcile.
+func (s *sessionActor) claimsOfBatch(batch []protocol.Event) []protocol.Event {
+	requested := false
+	for i := range batch {
+		if batch[i].Type == protocol.TypeToolExecRequested {
+			requested = true
+			break
+		}
+	}
+	if !requested {
+		return nil
+	}
+	if s.toolRuns == nil {
+		s.toolRuns = map[string]*toolRun{}
+	}
+	var claims []protocol.Event
+	s.claimBuf = protocol.AppendPending(s.claimBuf[:0], s.agent.work, s.state.AI)
+	for _, w := range s.claimBuf {
+		if w.Kind == protocol.WorkTool && w.Attempt == 0 && s.toolRuns[w.ToolCallID] == nil {
+			claims = append(claims, s.claimEvent(w))
+		}
+	}
+	return claims
 }
 
 func (s *sessionActor) toolDone(call, gen string, version, attempt int, output json.RawMessage, errText string, interrupted bool) protocol.Event {
