@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"maps"
 	"strings"
 )
 
@@ -458,11 +459,11 @@ func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 	if m == nil {
 		return nil
 	}
-	out := make(map[K]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	// maps.Clone copies the map's tables as they are, without hashing and
+	// inserting each entry again: the copy a step takes of a long session's
+	// history maps (every tool call, owner and finished request) costs a
+	// few copies of memory.
+	return maps.Clone(m)
 }
 
 // MarshalState encodes the state as JSON (the snapshot encoding).
