@@ -481,7 +481,9 @@ func BenchmarkTelemetryCost(b *testing.B) {
 				onT, onM = offT, offM
 			}
 			const block = 20
-			var perTurn [2][]float64 // CPU µs per turn of each block
+			var perTurn [2][]float64     // CPU µs per turn of each block
+			var wallPerTurn [2][]float64 // and wall µs
+			var blockStart time.Time
 			var cpu [2]time.Duration
 			var allocs [2]uint64
 			var writes [2]int64
@@ -497,7 +499,7 @@ func BenchmarkTelemetryCost(b *testing.B) {
 					on = aa == "on"
 				}
 				if i%block == 0 {
-					blockCPU = 0
+					blockCPU, blockStart = 0, time.Now()
 					if on {
 						otel.SetTracerProvider(onT)
 						otel.SetMeterProvider(onM)
@@ -526,6 +528,7 @@ func BenchmarkTelemetryCost(b *testing.B) {
 				sessions[half]++
 				if i%block == block-1 {
 					perTurn[half] = append(perTurn[half], float64(blockCPU.Microseconds())/(2*block))
+					wallPerTurn[half] = append(wallPerTurn[half], float64(time.Since(blockStart).Microseconds())/(2*block))
 				}
 			}
 			b.StopTimer()
@@ -542,6 +545,12 @@ func BenchmarkTelemetryCost(b *testing.B) {
 			b.ReportMetric(onMed, "cpu-us/turn-on")
 			b.ReportMetric(100*(onMed-offMed)/offMed, "cpu-cost-%")
 			b.ReportMetric(100*(onMean-offMean)/offMean, "cpu-mean-cost-%")
+			// The time a turn takes, as BenchmarkSimpleTurn's ns/op: the
+			// median of the blocks' wall time per turn.
+			wallOff, wallOn := median(wallPerTurn[0]), median(wallPerTurn[1])
+			b.ReportMetric(wallOff, "us/turn-off")
+			b.ReportMetric(wallOn, "us/turn-on")
+			b.ReportMetric(100*(wallOn-wallOff)/wallOff, "time-cost-%")
 			b.ReportMetric(float64(writes[0])/float64(2*sessions[0]), "writes/turn-off")
 			b.ReportMetric(float64(writes[1])/float64(2*sessions[1]), "writes/turn-on")
 			b.ReportMetric(offAlloc, "B/turn-off")
