@@ -96,26 +96,22 @@ type Model struct {
 	next   map[string]*Reply       // session -> chained reply for the next call
 	gates  map[string]chan struct{}
 	calls  []harness.Request
-	// sizes keeps the serialized size of the prompt's messages for the
-	// default usage, by their content (sizeKey): a session's settled
-	// messages come back in every later prompt with the same content
-	// (harness.PromptCache), and marshaling the whole prompt at every call
-	// made a long conversation's steps cost what its length did.
-	sizes map[sizeKey]sizeOf
+	// sizes keeps, for each session, the serialized size of each message
+	// of its last prompt, by position, for the default usage: a session's
+	// settled messages come back in every later prompt with the same
+	// content (harness.PromptCache), and marshaling the whole prompt at
+	// every call made a long conversation's steps cost what its length did.
+	sizes map[string][]sizeSlot
 }
 
-// sizeKey identifies a model message by its content slice (the role is
-// checked on a hit: a pointer hashes cheaper than a string); the map holds
-// the slice, so its array is not reused for other content while the entry
-// lives.
-type sizeKey struct {
+// sizeSlot is one message's size, known by its role and content slice (the
+// slot holds the slice, so its array is not reused for other content while
+// the slot lives).
+type sizeSlot struct {
 	first *harness.ContentPart
 	n     int
-}
-
-type sizeOf struct {
-	role string
-	size int
+	role  string
+	size  int
 }
 
 // maxCalls bounds the requests a model keeps for Calls (a node serving
@@ -123,7 +119,7 @@ type sizeOf struct {
 // the entries of its size cache.
 const (
 	maxCalls = 1024
-	maxSizes = 1 << 16
+	maxSizes = 4096 // sessions
 )
 
 // New returns a model serving s.
@@ -260,37 +256,47 @@ func (m *Model) Stream(ctx context.Context, req harness.Request) (harness.Stream
 	if err != nil {
 		return nil, err
 	}
-	return &stream{ctx: ctx, m: m, chunks: plan(r, req, m.promptSize), reply: r}, nil
+	size := func(messages []harness.ModelMessage) int { return m.promptSize(req.SessionID, messages) }
+	return &stream{ctx: ctx, m: m, chunks: plan(r, req, size), reply: r}, nil
 }
 
 // promptSize is len(json.Marshal(messages)), from the sizes of the
-// messages it has seen before.
-func (m *Model) promptSize(messages []harness.ModelMessage) int {
+// session's last prompt where its messages are the same.
+func (m *Model) promptSize(session string, messages []harness.ModelMessage) int {
 	if messages == nil {
 		return len("null")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.sizes == nil || len(m.sizes) >= maxSizes {
-		m.sizes = map[sizeKey]sizeOf{}
+		m.sizes = map[string][]sizeSlot{}
+	}
+	slots := m.sizes[session]
+	if len(slots) > len(messages) {
+		clear(slots[len(messages):])
+		slots = slots[:len(messages)]
 	}
 	n := len("[]") + max(len(messages)-1, 0) // the brackets and commas
 	for i := range messages {
 		msg := &messages[i]
-		var k sizeKey
+		var k sizeSlot
 		if len(msg.Content) > 0 {
-			k = sizeKey{first: &msg.Content[0], n: len(msg.Content)}
-			if v, ok := m.sizes[k]; ok && v.role == msg.Role {
-				n += v.size
-				continue
-			}
+			k = sizeSlot{first: &msg.Content[0], n: len(msg.Content), role: msg.Role}
+		}
+		if i < len(slots) && k.first != nil && slots[i].first == k.first && slots[i].n == k.n && slots[i].role == k.role {
+			n += slots[i].size
+			continue
 		}
 		b, _ := json.Marshal(msg)
-		if k.first != nil {
-			m.sizes[k] = sizeOf{role: msg.Role, size: len(b)}
+		k.size = len(b)
+		if i < len(slots) {
+			slots[i] = k
+		} else {
+			slots = append(slots, k)
 		}
 		n += len(b)
 	}
+	m.sizes[session] = slots
 	return n
 }
 

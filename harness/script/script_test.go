@@ -171,7 +171,7 @@ func TestPromptSizeIsTheMarshaledPrompt(t *testing.T) {
 		{Type: harness.ContentToolCall, ToolCallID: "c1", ToolName: "lookup", Input: json.RawMessage(`{"q":"<x>"}`)}}})
 	for _, prompt := range [][]harness.ModelMessage{nil, {}, first, second, second, {{Role: harness.ModelRoleUser}}} {
 		want, _ := json.Marshal(prompt)
-		if got := m.promptSize(prompt); got != len(want) {
+		if got := m.promptSize("s1", prompt); got != len(want) {
 			t.Fatalf("prompt %s: size %d, want %d", want, got, len(want))
 		}
 	}
