@@ -442,30 +442,38 @@ func (r *Runtime) State(ctx context.Context, agentName, session string) (*protoc
 	return st, index, nil
 }
 
+// readable checks a read of a session: its agent and ID, and, when the
+// session is not active here, whether its log is empty (a session nobody
+// wrote to, read without activating it).
+func (r *Runtime) readable(ctx context.Context, agentName, session string) (a *Agent, empty bool, err error) {
+	if a, err = r.agent(agentName); err != nil {
+		return nil, false, err
+	}
+	if err := protocol.ValidateCallerID("session", session); err != nil {
+		return nil, false, err
+	}
+	if r.active(a, session) {
+		return a, false, nil
+	}
+	last, err := r.storeOf(a).LastIndex(ctx, session)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return a, last == 0, nil
+}
+
 // Idle returns the session's durable log index and whether the session is
 // idle at it (protocol.AIState.Idle): what a stream that ends once the
 // session is idle asks after each event, at the cost of a message to the
 // session, where State marshals the whole state. A session nobody wrote to
 // is idle at index 0.
 func (r *Runtime) Idle(ctx context.Context, agentName, session string) (uint64, bool, error) {
-	a, err := r.agent(agentName)
-	if err != nil {
-		return 0, false, err
-	}
-	if err := protocol.ValidateCallerID("session", session); err != nil {
-		return 0, false, err
-	}
-	if !r.active(a, session) {
-		last, err := r.storeOf(a).LastIndex(ctx, session)
-		if err != nil {
-			if ctx.Err() != nil {
-				return 0, false, ctx.Err()
-			}
-			return 0, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		if last == 0 {
-			return 0, true, nil
-		}
+	a, empty, err := r.readable(ctx, agentName, session)
+	if err != nil || empty {
+		return 0, err == nil, err
 	}
 	res, err := r.request(ctx, a, session, &statusRequest{})
 	if err != nil {
@@ -500,24 +508,9 @@ func newSessionState(a *Agent, session string) *protocol.SessionState {
 // state returns the session's state as JSON, nil for a session nobody
 // wrote to.
 func (r *Runtime) state(ctx context.Context, agentName, session string) (*Agent, []byte, uint64, error) {
-	a, err := r.agent(agentName)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if err := protocol.ValidateCallerID("session", session); err != nil {
-		return nil, nil, 0, err
-	}
-	if !r.active(a, session) {
-		last, err := r.storeOf(a).LastIndex(ctx, session)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, nil, 0, ctx.Err()
-			}
-			return nil, nil, 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		if last == 0 {
-			return a, nil, 0, nil
-		}
+	a, empty, err := r.readable(ctx, agentName, session)
+	if err != nil || empty {
+		return a, nil, 0, err
 	}
 	res, err := r.request(ctx, a, session, &sessionpb.StateRequest{Agent: agentName, Session: session})
 	if err != nil {
@@ -921,6 +914,9 @@ const (
 )
 
 func toPBError(err error) *sessionpb.Error {
+	if err == nil {
+		return nil
+	}
 	var ve *protocol.ValidationError
 	switch {
 	case errors.As(err, &ve):

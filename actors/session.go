@@ -215,33 +215,9 @@ func (s *sessionActor) Receive(c actor.Context) {
 		}
 		s.onPush(c, m)
 	case *statusRequest:
-		if s.broken != nil {
-			c.Respond(&statusReply{err: s.broken})
-			return
-		}
-		if s.stopping {
-			c.Respond(&stoppingReply{})
-			return
-		}
-		if s.writing {
-			s.idleWaiters = append(s.idleWaiters, c.Sender())
-			return
-		}
-		c.Respond(s.statusReply())
+		s.answerDurable(c, func() any { return &statusReply{err: s.broken} }, &s.idleWaiters, func() any { return s.statusReply() })
 	case *sessionpb.StateRequest:
-		if s.broken != nil {
-			c.Respond(&sessionpb.StateResponse{Error: toPBError(s.broken)})
-			return
-		}
-		if s.stopping {
-			c.Respond(&stoppingReply{})
-			return
-		}
-		if s.writing {
-			s.waiters = append(s.waiters, c.Sender())
-			return
-		}
-		c.Respond(s.stateResponse())
+		s.answerDurable(c, func() any { return &sessionpb.StateResponse{Error: toPBError(s.broken)} }, &s.waiters, func() any { return s.stateResponse() })
 	case *writeDone:
 		s.onWriteDone(m)
 	case *laneStarted, *laneChunk, *laneEnd, *laneEvent:
@@ -469,6 +445,22 @@ func replay(ctx context.Context, store persistence.Store, c *protocol.Contract, 
 		}
 	}
 	return st, at, nil
+}
+
+// answerDurable answers a read of the session: broken(), the answer of a
+// session that cannot be read; during a write, once it is durable (the
+// sender joins waiters); else answer() now.
+func (s *sessionActor) answerDurable(c actor.Context, broken func() any, waiters *[]*actor.PID, answer func() any) {
+	switch {
+	case s.broken != nil:
+		c.Respond(broken())
+	case s.stopping:
+		c.Respond(&stoppingReply{})
+	case s.writing:
+		*waiters = append(*waiters, c.Sender())
+	default:
+		c.Respond(answer())
+	}
 }
 
 // statusRequest asks a session's durable index and whether it is idle

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,8 +23,9 @@ import (
 )
 
 // R-TOOL-04 R-TOOL-03 R-TOOL-05: a tool outcome is one event that carries
-// its durable cause (the call's work event), and the continuation that the
-// last result allows commits in the same batch as that result.
+// its durable cause (the call's work event), and the continuation commits
+// in the same batch as what allowed it: the last result, or the step's end
+// when the tool, started as its input was complete, finished first.
 func TestToolOutcomeCauseAndJoin(t *testing.T) {
 	echo := tools.Tool{Name: "echo", Execute: func(_ context.Context, in json.RawMessage) (json.RawMessage, error) { return in, nil }}
 	f := newFixture(t, `{"replies":[{"toolCalls":[{"id":"c1","name":"echo","input":{"a":1}}],"then":{"text":"done"}}]}`,
@@ -31,7 +33,7 @@ func TestToolOutcomeCauseAndJoin(t *testing.T) {
 	f.push("s1", protocol.Inputs.Text("m1", "go"))
 	f.waitFor("s1", "done", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "done" })
 	evs, _ := f.store.Read(context.Background(), "s1", 0, 1000)
-	var work, outcome, next *protocol.Event
+	var work, outcome, stepEnd, next *protocol.Event
 	for i := range evs {
 		ev := &evs[i]
 		switch ev.Type {
@@ -39,20 +41,30 @@ func TestToolOutcomeCauseAndJoin(t *testing.T) {
 			work = ev
 		case protocol.TypeToolExecCompleted:
 			outcome = ev
+		case protocol.TypeGenerationCompleted:
+			if stepEnd == nil {
+				stepEnd = ev
+			}
 		case protocol.TypeGenerationRequested:
-			if outcome != nil && next == nil {
+			if outcome != nil && stepEnd != nil && next == nil {
 				next = ev
 			}
 		}
 	}
-	if work == nil || outcome == nil || next == nil {
+	if work == nil || outcome == nil || stepEnd == nil || next == nil {
 		t.Fatal("missing events")
 	}
 	if outcome.Cause != work.ID {
 		t.Fatalf("the outcome's cause is %q, want the work event %q", outcome.Cause, work.ID)
 	}
-	if next.Index != outcome.Index+1 {
-		t.Fatalf("the continuation (index %d) did not commit with the last result (index %d)", next.Index, outcome.Index)
+	last := outcome
+	if stepEnd.Index > last.Index {
+		last = stepEnd
+	}
+	batch := f.store.batchOf(func(ev protocol.Event) bool { return ev.ID == next.ID })
+	if !slices.ContainsFunc(batch, func(ev protocol.Event) bool { return ev.ID == last.ID }) {
+		t.Fatalf("the continuation (index %d) did not commit with the later of the result (index %d) and the step's end (index %d)",
+			next.Index, outcome.Index, stepEnd.Index)
 	}
 }
 
