@@ -457,19 +457,8 @@ func TestStreamUntilIdle(t *testing.T) {
 	f := newFixture(t, `{"replies":[{"match":"first","text":"one two three","delayMs":20},{"match":"second","text":"four five"}]}`, gateway.Options{}, nil)
 	read := func(query string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.URL+sessionsPath+"s1/stream"+query, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatalf("the stream did not end by itself: %v", err)
-		}
-		return string(b)
+		_, body := readBounded(t, http.MethodGet, f.URL+sessionsPath+"s1/stream"+query, "")
+		return body
 	}
 	// An idle session (never written) ends at once.
 	if got := read("?until=idle"); !strings.HasSuffix(got, ": idle\n\n") {
@@ -537,21 +526,7 @@ func TestAPushThatStreams(t *testing.T) {
 	f.push("s1", protocol.Inputs.Text("m1", "first"))
 	f.waitState("s1", "the first turn", idle)
 	_, before := f.state("s1")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.URL+sessionsPath+"s1/events?stream=1",
-		strings.NewReader(pushBody(protocol.Inputs.Text("m2", "second"))))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("the push's stream did not end by itself: %v", err)
-	}
-	got := string(b)
+	resp, got := readBounded(t, http.MethodPost, f.URL+sessionsPath+"s1/events?stream=1", pushBody(protocol.Inputs.Text("m2", "second")))
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("a streaming push: %d %s %q", resp.StatusCode, resp.Header.Get("Content-Type"), got)
 	}
@@ -569,4 +544,26 @@ func TestAPushThatStreams(t *testing.T) {
 	if !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) || lastText(st) != "three four five" {
 		t.Fatalf("the stream ended before the turn's last event %d (state %q)", index, lastText(st))
 	}
+}
+
+// readBounded sends a request whose answer is a stream that ends by itself
+// (until=idle, a push with stream=1) and reads it to its end, within 15 s.
+func readBounded(t *testing.T, method, url, body string) (*http.Response, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: the stream did not end by itself: %v", method, url, err)
+	}
+	return resp, string(b)
 }
