@@ -266,20 +266,9 @@ func (c *Client) Push(ctx context.Context, session string, events ...protocol.Ev
 		return nil, nil
 	}
 	events = c.assignIDs(events)
-	type wireEvent struct {
-		ID      string          `json:"id"`
-		Type    string          `json:"type"`
-		Payload json.RawMessage `json:"payload"`
-	}
-	body := struct {
-		Events []wireEvent `json:"events"`
-	}{make([]wireEvent, len(events))}
-	for i, ev := range events {
-		body.Events[i] = wireEvent{ID: ev.ID, Type: ev.Type, Payload: ev.Payload}
-	}
-	b, err := json.Marshal(body)
+	b, err := c.pushBody(events)
 	if err != nil {
-		return nil, fmt.Errorf("client: an event does not encode: %w", err)
+		return nil, err
 	}
 	var out struct {
 		Events []struct {
@@ -302,6 +291,26 @@ func (c *Client) Push(ctx context.Context, session string, events ...protocol.Ev
 		persisted[i] = ev
 	}
 	return persisted, nil
+}
+
+// pushBody is the JSON body of a push of events.
+func (c *Client) pushBody(events []protocol.Event) ([]byte, error) {
+	type wireEvent struct {
+		ID      string          `json:"id"`
+		Type    string          `json:"type"`
+		Payload json.RawMessage `json:"payload"`
+	}
+	body := struct {
+		Events []wireEvent `json:"events"`
+	}{make([]wireEvent, len(events))}
+	for i, ev := range events {
+		body.Events[i] = wireEvent{ID: ev.ID, Type: ev.Type, Payload: ev.Payload}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("client: an event does not encode: %w", err)
+	}
+	return b, nil
 }
 
 // assignIDs gives every event without an ID a fresh one, on a copy.

@@ -315,3 +315,81 @@ func TestStreamIdleTimeoutAndPermanentError(t *testing.T) {
 		t.Fatalf("unknown agent's stream: %v", err)
 	}
 }
+
+// Turn is a push and its stream in one request: it delivers the session's
+// events from the first pushed one to the end of the turn, each once and
+// in order, resuming with a bounded GET when the connection drops, then
+// closes; a refused push ends with its error and appends nothing.
+func TestTurnStreamsItsEventsAndResumes(t *testing.T) {
+	n := gatewaytest.Start(t, gatewaytest.Options{Script: `{"default":{"text":"one two three four five six seven eight","delayMs":2}}`})
+	var mu sync.Mutex
+	var requests []string
+	url := proxy(t, n, func(w http.ResponseWriter, r *http.Request) bool {
+		streaming := r.URL.Query().Get("stream") == "1" || strings.HasSuffix(r.URL.Path, "/stream")
+		if !streaming {
+			return false
+		}
+		mu.Lock()
+		requests = append(requests, r.Method+" "+r.URL.RawQuery)
+		mu.Unlock()
+		n.Gateway.ServeHTTP(&cuttingWriter{ResponseWriter: w, left: 3}, r)
+		return true
+	})
+	c := newClient(t, url, client.Options{})
+	ctx := testContext(t)
+	if _, err := c.Push(ctx, "s1", protocol.Inputs.Text("m1", "first")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, _, err := c.State(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.AI.Active == nil && len(st.AI.Messages) == 2 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, before, _ := c.State(ctx, "s1")
+	events, errc := c.Turn(ctx, "s1", protocol.Inputs.Text("m2", "second"))
+	var got []protocol.Event
+	for ev := range events {
+		got = append(got, ev)
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("the turn failed: %v", err)
+	default:
+	}
+	st, last, err := c.State(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[0].Index != before+1 || got[len(got)-1].Index != last || st.AI.Active != nil {
+		t.Fatalf("the turn delivered %d events (first %v), want %d to %d", len(got), got[:min(1, len(got))], before+1, last)
+	}
+	for i, ev := range got {
+		if ev.Index != before+1+uint64(i) {
+			t.Fatalf("event %d has index %d", i, ev.Index)
+		}
+	}
+	mu.Lock()
+	if len(requests) < 2 || !strings.HasPrefix(requests[0], "POST stream=1") || !strings.HasPrefix(requests[1], "GET until=idle") {
+		t.Fatalf("the turn's requests: %v, want the push that streams, then bounded resumptions", requests)
+	}
+	mu.Unlock()
+
+	// A refused push: its error, nothing appended, the channel closed.
+	bad := protocol.Inputs.Text("m3", "third")
+	bad.Payload = []byte(`{"action":"send","message":{"id":"m3","role":"robot","parts":[]}}`)
+	events, errc = c.Turn(ctx, "s1", bad)
+	for range events {
+		t.Fatal("a refused turn delivered an event")
+	}
+	if err := <-errc; !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("a refused turn: %v, want ErrInvalid", err)
+	}
+	if _, now, _ := c.State(ctx, "s1"); now != last {
+		t.Fatalf("a refused turn moved the log from %d to %d", last, now)
+	}
+}

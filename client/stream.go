@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,8 +32,62 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64) (<-ch
 		failures := 0
 		for {
 			before := last
-			err := c.streamOnce(ctx, session, &last, out)
+			_, err := c.streamOnce(ctx, session, &last, out, http.MethodGet, c.sessionURL(session, "/stream")+"?after="+strconv.FormatUint(last, 10), nil)
 			if ctx.Err() != nil {
+				return
+			}
+			var e *Error
+			if errors.As(err, &e) && e.Status >= 400 && e.Status < 500 && e.Status != http.StatusRequestTimeout && e.Status != http.StatusTooManyRequests {
+				errc <- err
+				return
+			}
+			if last > before {
+				failures = 0
+			}
+			failures++
+			if sleep(ctx, c.backoff(failures)) != nil {
+				return
+			}
+		}
+	}()
+	return out, errc
+}
+
+// Turn pushes events with one request that also streams the session's
+// events from the first pushed one until the session is idle (POST
+// …/events?stream=1, docs/http.md): the turn a send starts, in order, each
+// exactly once, then the channel closes. Events without an ID get a fresh
+// one, kept across retries: a push whose answer was lost is sent again and
+// replays, streaming from its stored events. A stream that drops after its
+// first event resumes with GET …/stream?after=N&until=idle. A refused push
+// (4xx) is sent on the error channel, and nothing was appended.
+func (c *Client) Turn(ctx context.Context, session string, events ...protocol.Event) (<-chan protocol.Event, <-chan error) {
+	out := make(chan protocol.Event, 64)
+	errc := make(chan error, 1)
+	body, err := c.pushBody(c.assignIDs(events))
+	if err != nil || len(events) == 0 {
+		if err == nil {
+			err = errors.New("client: a turn needs at least one event")
+		}
+		errc <- err
+		close(out)
+		return out, errc
+	}
+	go func() {
+		defer close(out)
+		var last uint64
+		failures := 0
+		for {
+			before := last
+			var done bool
+			var err error
+			if last == 0 {
+				done, err = c.streamOnce(ctx, session, &last, out, http.MethodPost, c.sessionURL(session, "/events")+"?stream=1", body)
+			} else {
+				done, err = c.streamOnce(ctx, session, &last, out, http.MethodGet,
+					c.sessionURL(session, "/stream")+"?until=idle&after="+strconv.FormatUint(last, 10), nil)
+			}
+			if done || ctx.Err() != nil {
 				return
 			}
 			var e *Error
@@ -57,32 +112,41 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64) (<-ch
 var errGap = errors.New("client: the stream skipped an index")
 
 // streamOnce reads one connection of a stream until it ends, delivering
-// events after *last and advancing it.
-func (c *Client) streamOnce(ctx context.Context, session string, last *uint64, out chan<- protocol.Event) error {
+// events after *last and advancing it; done is set when the node ended
+// it (": idle", a bounded stream's end). A POST with a body is a push
+// with stream=1: its first event sets where the stream starts.
+func (c *Client) streamOnce(ctx context.Context, session string, last *uint64, out chan<- protocol.Event, method, u string, body []byte) (done bool, err error) {
 	connCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	idle := time.AfterFunc(c.opts.StreamIdleTimeout, cancel)
 	defer idle.Stop()
-	u := c.sessionURL(session, "/stream") + "?after=" + strconv.FormatUint(*last, 10)
-	req, err := http.NewRequestWithContext(connCtx, http.MethodGet, u, nil)
+	var rb io.Reader
+	if body != nil {
+		rb = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(connCtx, method, u, rb)
 	if err != nil {
-		return err
+		return false, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	if *last > 0 {
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if *last > 0 && method == http.MethodGet {
 		req.Header.Set("Last-Event-ID", strconv.FormatUint(*last, 10))
 	}
+	pushed := method == http.MethodPost
 	if c.opts.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.opts.Token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return decodeError(resp.StatusCode, b)
+		return false, decodeError(resp.StatusCode, b)
 	}
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
 	var data strings.Builder
@@ -91,9 +155,9 @@ func (c *Client) streamOnce(ctx context.Context, session string, last *uint64, o
 		line, err := rd.ReadString('\n')
 		if err != nil {
 			if err == io.EOF {
-				return io.ErrUnexpectedEOF
+				return false, io.ErrUnexpectedEOF
 			}
-			return err
+			return false, err
 		}
 		idle.Reset(c.opts.StreamIdleTimeout)
 		line = strings.TrimRight(line, "\r\n")
@@ -107,20 +171,25 @@ func (c *Client) streamOnce(ctx context.Context, session string, last *uint64, o
 			hasData = false
 			var ev protocol.Event
 			if err := json.Unmarshal([]byte(raw), &ev); err != nil {
-				return fmt.Errorf("client: a stream event does not decode: %w", err)
+				return false, fmt.Errorf("client: a stream event does not decode: %w", err)
+			}
+			if pushed && *last == 0 && ev.Index > 0 {
+				*last = ev.Index - 1 // the pushed events' stream starts at the first
 			}
 			if ev.Index <= *last {
 				continue // already delivered
 			}
 			if ev.Index != *last+1 {
-				return errGap
+				return false, errGap
 			}
 			select {
 			case out <- ev:
 				*last = ev.Index
 			case <-ctx.Done():
-				return ctx.Err()
+				return false, ctx.Err()
 			}
+		case line == ": idle":
+			return true, nil // a bounded stream's end
 		case strings.HasPrefix(line, ":"):
 			// a comment: the heartbeat
 		default:
