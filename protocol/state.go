@@ -426,8 +426,6 @@ func (s *AIState) clone(allParts bool) *AIState {
 	return &c
 }
 
-// isActiveResponse reports whether id is the response the active turn,
-// request or projection writes.
 // Idle says whether nothing runs or waits in the session: no turn, no
 // generation request, no queued input (unless the inbox is paused), no
 // command awaiting its decision.
@@ -443,6 +441,8 @@ func (s *AIState) Idle() bool {
 // messages may rely on.
 func (s *AIState) IsActiveResponse(id string) bool { return s.isActiveResponse(id) }
 
+// isActiveResponse reports whether id is the response the active turn,
+// request or projection writes.
 func (s *AIState) isActiveResponse(id string) bool {
 	return id != "" && (id == s.ActiveResponseMessageID ||
 		(s.Active != nil && id == s.Active.ResponseMessageID) ||
