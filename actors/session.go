@@ -53,9 +53,7 @@ type sessionActor struct {
 	// idleWaiters wait for the end of the write in flight to learn
 	// whether the session is idle (statusRequest).
 	idleWaiters []*actor.PID
-	// claimBuf is claimsOfBatch's scratch list of pending work.
-	claimBuf []protocol.Work
-	lanes    map[string]*lane
+	lanes       map[string]*lane
 	// prompts keeps the settled messages' share of each step's prompt,
 	// for the lanes (in memory only: a new activation starts empty).
 	prompts     harness.PromptCache
@@ -110,7 +108,7 @@ type sessionActor struct {
 	// from, recycled once it is folded (see chunkBufs).
 	spent [][]protocol.UIMessageChunk
 
-	// workBuf is reconcile's slice of pending work, reused from one call to
+	// workBuf is reconcile's (and claimsOfBatch's) slice of pending work, reused from one call to
 	// the next; markBuf is hasWork's.
 	workBuf []protocol.Work
 	markBuf []protocol.Work

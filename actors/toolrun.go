@@ -190,8 +190,10 @@ func (s *sessionActor) claimsOfBatch(batch []protocol.Event) []protocol.Event {
 		s.toolRuns = map[string]*toolRun{}
 	}
 	var claims []protocol.Event
-	s.claimBuf = protocol.AppendPending(s.claimBuf[:0], s.agent.work, s.state.AI)
-	for _, w := range s.claimBuf {
+	// workBuf is reconcile's too: both run from the actor's message
+	// handling, never one inside the other.
+	s.workBuf = protocol.AppendPending(s.workBuf[:0], s.agent.work, s.state.AI)
+	for _, w := range s.workBuf {
 		if w.Kind == protocol.WorkTool && w.Attempt == 0 && s.toolRuns[w.ToolCallID] == nil {
 			claims = append(claims, s.claimEvent(w))
 		}

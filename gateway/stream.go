@@ -76,7 +76,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 		if cheap {
 			index, idle, err = idler.Idle(r.Context(), agent, session)
 		} else if st, index, err = g.router.State(r.Context(), agent, session); err == nil {
-			idle = sessionIdle(st.AI)
+			idle = st.AI.Idle()
 		}
 		if err != nil {
 			g.fail(w, r, err)
@@ -139,7 +139,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 				g.opts.Logger.WarnContext(ctx, "gateway: a stream cannot fold an event", "session", session, "index", ev.Index, "err", err)
 				return false
 			}
-			return sessionIdle(st.AI)
+			return st.AI.Idle()
 		}
 		if ev.Type == protocol.TypeGenerationProgress || ev.Index <= asked {
 			return false
@@ -163,11 +163,6 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 		_ = flush()
 	}
 }
-
-// sessionIdle reports whether nothing runs or waits in a session: no turn,
-// no generation request, no queued input (unless the inbox is paused), no
-// command awaiting its decision.
-func sessionIdle(s *protocol.AIState) bool { return s.Idle() }
 
 // startSSE answers 200 with the headers of a server-sent event stream and
 // returns its buffered writer and the flush that writes it out (within the
