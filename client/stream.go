@@ -24,6 +24,15 @@ import (
 // event channel closes when ctx ends, or after a permanent error (the node
 // refused the stream: 4xx) which is sent on the error channel first.
 func (c *Client) Stream(ctx context.Context, session string, after uint64) (<-chan protocol.Event, <-chan error) {
+	return c.follow(ctx, after, func(last *uint64, out chan<- protocol.Event) (bool, error) {
+		return c.streamOnce(ctx, session, last, out, http.MethodGet, c.sessionURL(session, "/stream")+"?after="+strconv.FormatUint(*last, 10), nil)
+	})
+}
+
+// follow runs connections of a stream (once) one after the other until one
+// ends it (done), ctx ends or the node refuses it (4xx, sent on the error
+// channel), with backoff between connections that delivered nothing.
+func (c *Client) follow(ctx context.Context, after uint64, once func(last *uint64, out chan<- protocol.Event) (done bool, err error)) (<-chan protocol.Event, <-chan error) {
 	out := make(chan protocol.Event, 64)
 	errc := make(chan error, 1)
 	go func() {
@@ -32,8 +41,8 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64) (<-ch
 		failures := 0
 		for {
 			before := last
-			_, err := c.streamOnce(ctx, session, &last, out, http.MethodGet, c.sessionURL(session, "/stream")+"?after="+strconv.FormatUint(last, 10), nil)
-			if ctx.Err() != nil {
+			done, err := once(&last, out)
+			if done || ctx.Err() != nil {
 				return
 			}
 			var e *Error
@@ -62,49 +71,23 @@ func (c *Client) Stream(ctx context.Context, session string, after uint64) (<-ch
 // first event resumes with GET …/stream?after=N&until=idle. A refused push
 // (4xx) is sent on the error channel, and nothing was appended.
 func (c *Client) Turn(ctx context.Context, session string, events ...protocol.Event) (<-chan protocol.Event, <-chan error) {
-	out := make(chan protocol.Event, 64)
-	errc := make(chan error, 1)
 	body, err := c.pushBody(c.assignIDs(events))
 	if err != nil || len(events) == 0 {
 		if err == nil {
 			err = errors.New("client: a turn needs at least one event")
 		}
+		out, errc := make(chan protocol.Event), make(chan error, 1)
 		errc <- err
 		close(out)
 		return out, errc
 	}
-	go func() {
-		defer close(out)
-		var last uint64
-		failures := 0
-		for {
-			before := last
-			var done bool
-			var err error
-			if last == 0 {
-				done, err = c.streamOnce(ctx, session, &last, out, http.MethodPost, c.sessionURL(session, "/events")+"?stream=1", body)
-			} else {
-				done, err = c.streamOnce(ctx, session, &last, out, http.MethodGet,
-					c.sessionURL(session, "/stream")+"?until=idle&after="+strconv.FormatUint(last, 10), nil)
-			}
-			if done || ctx.Err() != nil {
-				return
-			}
-			var e *Error
-			if errors.As(err, &e) && e.Status >= 400 && e.Status < 500 && e.Status != http.StatusRequestTimeout && e.Status != http.StatusTooManyRequests {
-				errc <- err
-				return
-			}
-			if last > before {
-				failures = 0
-			}
-			failures++
-			if sleep(ctx, c.backoff(failures)) != nil {
-				return
-			}
+	return c.follow(ctx, 0, func(last *uint64, out chan<- protocol.Event) (bool, error) {
+		if *last == 0 {
+			return c.streamOnce(ctx, session, last, out, http.MethodPost, c.sessionURL(session, "/events")+"?stream=1", body)
 		}
-	}()
-	return out, errc
+		return c.streamOnce(ctx, session, last, out, http.MethodGet,
+			c.sessionURL(session, "/stream")+"?until=idle&after="+strconv.FormatUint(*last, 10), nil)
+	})
 }
 
 // errGap marks a stream that skipped an index; the client reconnects from
