@@ -8,7 +8,8 @@
 //
 // The rows: the fold per event, store appends against raw Pebble, progress
 // batching, a simple turn's synced writes, the 3-step turn against the
-// conversation's length, push to first token and one
+// conversation's length (in process, and over HTTP against a node
+// process at 1 and 64 clients), push to first token and one
 // router read (single node against a cluster hop), the load generator's
 // load on a single node and on a cluster, and start-up with a million idle
 // sessions. Each row is a `go test -bench` run of the package that owns the
@@ -55,6 +56,9 @@ var suite = []entry{
 		times: "300x", quick: "100x", metrics: []string{"writes/turn", "writes/first-turn"}},
 	{key: "history", what: "the 3-step turn (model step, tool, continuation) in sessions with 1, 50 and 500 turns of history: node CPU and synced writes per turn", pkg: "./actors", bench: "^BenchmarkToolTurnHistory$",
 		times: "300x", quick: "50x", metrics: []string{"cpu-us/turn", "writes/turn"}},
+	{key: "http-turn", what: "the 3-step turn over HTTP against a node process, each turn one request (push with stream=1), at 1 and 64 clients in sessions with 1, 50 and 500 turns of history", pkg: "./cmd/node", bench: "^BenchmarkHTTPTurn$",
+		times: "640x", quick: "128x", quickEnv: []string{"A2_BENCH_HTTP_HISTORIES=1,50"},
+		metrics: []string{"turns/s", "p50-ms", "p99-ms", "node-cpu-ms/turn", "client-cpu-ms/turn", "writes/turn"}},
 	{key: "first-token", what: "push to first streamed token over HTTP, single node against a cluster hop", pkg: "./gateway", bench: "^BenchmarkPushToFirstToken$",
 		times: "2000x", quick: "300x", metrics: []string{"p50-ms", "p99-ms"}},
 	{key: "hop", what: "one state read through the router, single node against a cluster hop", pkg: "./gateway", bench: "^BenchmarkRouterState$",

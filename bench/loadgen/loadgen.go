@@ -11,10 +11,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +55,15 @@ type Options struct {
 	// Client is the HTTP client (default: one that keeps a connection per
 	// stream).
 	Client *http.Client
+	// Sessions, when more than Streams, is the number of sessions the
+	// streams take turns in: stream s runs its turns in sessions s,
+	// s+Streams, s+2*Streams, ... round robin (default Streams: a session
+	// per stream).
+	Sessions int
+	// OneRequest sends each turn as one request, a push with stream=1
+	// whose answer is the turn's stream (docs/http.md), instead of a
+	// stream opened before a push.
+	OneRequest bool
 }
 
 // Result is what the clients saw.
@@ -149,13 +160,22 @@ func Run(ctx context.Context, o Options) Result {
 				return
 			}
 			base, pusher := urls[s%len(urls)], pushers[s%len(urls)]
-			session := fmt.Sprintf("%s-%d", o.Prefix, s)
-			var after uint64
+			var mine []string // this stream's sessions
+			for n := s; n < max(o.Sessions, o.Streams); n += o.Streams {
+				mine = append(mine, fmt.Sprintf("%s-%d", o.Prefix, n))
+			}
+			after := make([]uint64, len(mine))
 			for k := range o.Turns {
+				i := k % len(mine)
+				session := mine[i]
 				tctx, cancel := context.WithTimeout(ctx, o.Timeout)
-				t, err := turn(tctx, o.Client, pusher, base, o.Agent, session, o.Text, fmt.Sprintf("q-%s-%d", session, k), after)
+				run := turn
+				if o.OneRequest {
+					run = pushTurn
+				}
+				t, err := run(tctx, o.Client, pusher, base, o.Agent, session, o.Text, fmt.Sprintf("q-%s-%d-%d", session, began.UnixNano(), k), after[i])
 				cancel()
-				after = t.last
+				after[i] = t.last
 				mu.Lock()
 				res.Deltas += t.deltas
 				res.Gaps = append(res.Gaps, t.gaps...)
@@ -221,21 +241,64 @@ func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, age
 	if _, err := pusher.Push(ctx, session, protocol.Inputs.Text(id, text)); err != nil {
 		return r, fmt.Errorf("%s: push: %w", session, err)
 	}
-	sc := bufio.NewScanner(resp.Body)
+	err = r.read(session, resp.Body, t0, false)
+	return r, err
+}
+
+// pushTurn is turn as one request: a push with stream=1, whose answer
+// starts at the pushed message's event and ends when the session is idle.
+// It reads that answer to its end, so that its connection is kept for the
+// next turn.
+func pushTurn(ctx context.Context, hc *http.Client, _ *client.Client, base, agent, session, text, id string, after uint64) (turnResult, error) {
+	r := turnResult{last: after}
+	if text == "" {
+		text = "hi"
+	}
+	ev := protocol.Inputs.Text(id, text)
+	body, err := json.Marshal(map[string]any{"events": []any{map[string]any{"id": ev.ID, "type": ev.Type, "payload": ev.Payload}}})
+	if err != nil {
+		return r, err
+	}
+	u := strings.TrimSuffix(base, "/") + "/v1/agents/" + url.PathEscape(agent) + "/sessions/" + url.PathEscape(session) + "/events?stream=1"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return r, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	t0 := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return r, fmt.Errorf("%s: push: %w", session, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return r, fmt.Errorf("%s: push: %s", session, resp.Status)
+	}
+	err = r.read(session, resp.Body, t0, true)
+	return r, err
+}
+
+// read reads a turn's stream until the answer's finish chunk (and, with
+// toEnd, on to the stream's end), checking that its event IDs neither skip
+// nor repeat an index. A stream that starts at its push (toEnd) may start
+// after r.last: the previous turn's reader stopped at its finish.
+func (r *turnResult) read(session string, body io.Reader, t0 time.Time, toEnd bool) error {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	var last time.Time
+	first := true
 	for sc.Scan() {
 		line := sc.Bytes()
 		if v, ok := bytes.CutPrefix(line, []byte("id: ")); ok {
 			n, err := strconv.ParseUint(string(v), 10, 64)
 			if err != nil {
-				return r, fmt.Errorf("%s: an event ID that is not an index: %q", session, v)
+				return fmt.Errorf("%s: an event ID that is not an index: %q", session, v)
 			}
 			// Every durable event once, in order, whatever moved meanwhile.
-			if n != r.last+1 {
-				return r, fmt.Errorf("%s: the stream went from event %d to %d: a gap or a duplicate", session, r.last, n)
+			if n != r.last+1 && !(first && toEnd && n > r.last) {
+				return fmt.Errorf("%s: the stream went from event %d to %d: a gap or a duplicate", session, r.last, n)
 			}
-			r.last = n
+			r.last, first = n, false
 			continue
 		}
 		if !bytes.HasPrefix(line, []byte("data:")) {
@@ -243,6 +306,9 @@ func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, age
 		}
 		if n := bytes.Count(line, []byte(`"type":"text-delta"`)); n > 0 {
 			now := time.Now()
+			if r.complete != 0 {
+				continue // after the answer's finish: not this turn's
+			}
 			if last.IsZero() {
 				r.first = now.Sub(t0)
 			} else {
@@ -250,14 +316,46 @@ func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, age
 			}
 			last, r.deltas = now, r.deltas+n
 		}
-		if bytes.Contains(line, []byte(`"type":"finish"`)) {
+		// A step that calls tools finishes its message with "tool-calls";
+		// the turn goes on with the next step.
+		if r.complete == 0 && bytes.Contains(line, []byte(`"type":"finish"`)) && !bytes.Contains(line, []byte(`"finishReason":"tool-calls"`)) {
 			r.complete = time.Since(t0)
-			return r, nil
+			if !toEnd {
+				return nil
+			}
 		}
 	}
-	err = sc.Err()
+	err := sc.Err()
+	if err == nil && r.complete != 0 {
+		return nil
+	}
 	if err == nil {
 		err = io.ErrUnexpectedEOF
 	}
-	return r, fmt.Errorf("%s: the stream ended before the answer finished: %w", session, err)
+	return fmt.Errorf("%s: the stream ended before the answer finished: %w", session, err)
+}
+
+// ProcessCPU is the user and system CPU time of the processes so far, from
+// /proc/PID/stat (in clock ticks of 10 ms, Linux's USER_HZ).
+func ProcessCPU(pids []int) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) may hold spaces: count after its ')'.
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 {
+			s = s[i+1:]
+		}
+		f := strings.Fields(s)
+		if len(f) < 13 {
+			continue
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return total
 }

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 }
 
 // nodeBinary returns the path of the node binary, building it on first use.
-func nodeBinary(t *testing.T) string {
+func nodeBinary(t testing.TB) string {
 	t.Helper()
 	binaryOnce.Do(func() {
 		binaryDir, binaryErr = os.MkdirTemp("", "a2-node-bin-")

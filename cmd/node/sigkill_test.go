@@ -48,7 +48,7 @@ func testDatabase(t *testing.T, ctx context.Context, prefix string) string {
 }
 
 // freePort returns a loopback port nobody listens on right now.
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ type nodeProcess struct {
 
 // startNodeProcess starts the node binary in test mode on the store
 // (a postgres:// URL, or "" for Pebble in --data, passed in extra).
-func startNodeProcess(t *testing.T, bin, store, scriptFile string, extra ...string) *nodeProcess {
+func startNodeProcess(t testing.TB, bin, store, scriptFile string, extra ...string) *nodeProcess {
 	addr := freePort(t)
 	cmd := exec.Command(bin, append([]string{"--addr", addr, "--store", store, "--script", scriptFile}, extra...)...)
 	cmd.Env = append(os.Environ(), "A2_ADMIN_TOKEN=")

@@ -41,6 +41,8 @@ func main() {
 	flag.DurationVar(&o.Spread, "spread", time.Second, "the time over which the sessions start")
 	flag.DurationVar(&o.Timeout, "timeout", time.Minute, "the longest one turn may take")
 	flag.StringVar(&pids, "pids", "", "comma-separated PIDs of the node processes on this machine, for their CPU time per turn")
+	flag.IntVar(&o.Sessions, "sessions", 0, "sessions the streams take turns in, round robin (default: one per stream)")
+	flag.BoolVar(&o.OneRequest, "one-request", false, "each turn one request: a push with stream=1 that answers with the turn's stream")
 	quiet := flag.Bool("quiet", false, "no progress line")
 	flag.Parse()
 	if o.Streams <= 0 || o.Turns <= 0 {
@@ -60,12 +62,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	cpu0 := cpuTime(procs)
+	cpu0 := loadgen.ProcessCPU(procs)
 	r := loadgen.Run(ctx, o)
-	cpu := cpuTime(procs) - cpu0
+	cpu := loadgen.ProcessCPU(procs) - cpu0
 	secs := r.Elapsed.Seconds()
-	fmt.Printf("%d sessions, %d turns of %d finished in %v: %.1f turns/s, %.0f text deltas/s\n",
-		o.Streams, r.Turns, o.Streams*o.Turns, r.Elapsed.Round(time.Millisecond), float64(r.Turns)/secs, float64(r.Deltas)/secs)
+	fmt.Printf("%d streams over %d sessions, %d turns of %d finished in %v: %.1f turns/s, %.0f text deltas/s\n",
+		o.Streams, max(o.Sessions, o.Streams), r.Turns, o.Streams*o.Turns, r.Elapsed.Round(time.Millisecond), float64(r.Turns)/secs, float64(r.Deltas)/secs)
 	q := func(d []time.Duration, p float64) time.Duration {
 		return loadgen.Quantile(d, p).Round(10 * time.Microsecond)
 	}
@@ -114,7 +116,7 @@ func storedEvents(o loadgen.Options) uint64 {
 		wg    sync.WaitGroup
 	)
 	slots := make(chan struct{}, 16)
-	for s := range o.Streams {
+	for s := range max(o.Sessions, o.Streams) {
 		wg.Add(1)
 		slots <- struct{}{}
 		go func() {
@@ -145,29 +147,4 @@ func parsePIDs(s string) ([]int, error) {
 		out = append(out, pid)
 	}
 	return out, nil
-}
-
-// cpuTime is the user and system CPU time of the processes so far, from
-// /proc/PID/stat (in clock ticks of 10 ms, Linux's USER_HZ).
-func cpuTime(pids []int) time.Duration {
-	var total time.Duration
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// The command name (field 2) may hold spaces: count after its ')'.
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 {
-			s = s[i+1:]
-		}
-		f := strings.Fields(s)
-		if len(f) < 13 {
-			continue
-		}
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		total += time.Duration(utime+stime) * 10 * time.Millisecond
-	}
-	return total
 }
