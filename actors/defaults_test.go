@@ -392,3 +392,26 @@ func TestAPushToASessionThatDoesNotAnswer(t *testing.T) {
 		t.Fatal("Close had not returned after 10 s: an actor it does not know of is still running")
 	}
 }
+
+// A snapshot is due after SnapshotEvery events or SnapshotBytes bytes, and
+// only once the payloads since the last one add up to its size (mutants:
+// each clause of snapshotDue dropped or inverted).
+func TestSnapshotDue(t *testing.T) {
+	o := Options{SnapshotEvery: 1000, SnapshotBytes: 4 << 20}
+	for _, c := range []struct {
+		events, bytes, last int
+		want                bool
+	}{
+		{999, 100, 0, false},                // neither count nor bytes
+		{1000, 100, 0, true},                // the count, first snapshot
+		{10, 4 << 20, 0, true},              // the bytes
+		{1000, 300 << 10, 600 << 10, false}, // the count, but less log than the last snapshot
+		{1000, 600 << 10, 600 << 10, true},  // the count and as much log as the last snapshot
+		{10, 4 << 20, 5 << 20, false},       // the bytes, but a larger state
+		{10, 5 << 20, 5 << 20, true},
+	} {
+		if got := snapshotDue(o, c.events, c.bytes, c.last); got != c.want {
+			t.Errorf("snapshotDue(%d events, %d bytes, last %d) = %v, want %v", c.events, c.bytes, c.last, got, c.want)
+		}
+	}
+}

@@ -216,10 +216,12 @@ func (s *sessionActor) startLane(w protocol.Work) {
 	l := &lane{gen: gen, request: w.RequestID, attempt: attempt, began: time.Now()}
 	l.span = s.generationSpan(w, l)
 	// The step's frontier: a copy of the state that the actor's later folds
-	// do not touch. ReadCopy copies the parts of the active response only,
+	// do not touch. StepCopy copies the parts of the active response only,
 	// the one message folds change in place; the rest of the transcript is
-	// shared, read-only, so a step costs no copy of the whole history.
-	snap := s.state.AI.ReadCopy()
+	// shared, read-only, and the maps that grow with the conversation are
+	// left out, so a step costs no copy of the whole history (a resolver
+	// that reads the whole state asks the actor: frontier.State).
+	snap := s.state.AI.StepCopy()
 	in := laneInput{
 		agent: s.agent, session: s.id, gen: gen,
 		request:  protocol.Event{ID: w.RequestID, Type: protocol.TypeGenerationRequested, Session: s.id},
@@ -394,7 +396,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	// Callbacks see the prompt messages, already compacted (R-GEN-12).
 	rc := harness.ResolverContext{Event: in.request, Messages: promptMessages(in.gen, in.messages), State: in.app}
 	if in.ai != nil {
-		rc.Session = frontier{ai: in.ai, index: in.index, store: in.store, session: in.session}
+		rc.Session = frontier{index: in.index, store: in.store, session: in.session, contract: in.agent.contract, ask: send}
 	}
 	end := func(e *laneEnd) {
 		if ctx.Err() != nil {
@@ -847,14 +849,50 @@ func compactCustom(ctx context.Context, in laneInput, req harness.Request, model
 // frontier is a resolver's view of its session: the state captured when
 // the step started (the prompt frontier), never a later one.
 type frontier struct {
-	ai      *protocol.AIState
-	index   uint64
-	store   persistence.Store
-	session string
+	index    uint64
+	store    persistence.Store
+	session  string
+	contract *protocol.Contract
+	// ask sends to the session actor.
+	ask func(any)
 }
 
-func (f frontier) State(context.Context) (*protocol.AIState, uint64, error) {
-	return f.ai.Clone(), f.index, nil
+// frontierRequest asks the session actor for a copy of its state if it is
+// still at index: nil on reply when it has moved on.
+type frontierRequest struct {
+	index uint64
+	reply chan *protocol.AIState // buffered: the actor never waits
+}
+
+// frontierWait bounds the wait for the session actor's answer; after it,
+// State folds the log instead.
+const frontierWait = 5 * time.Second
+
+// State returns the session's state at the frontier. The step's own copy
+// (AIState.StepCopy) leaves out the maps that grow with the conversation,
+// so State asks the session actor for a whole copy while the session is
+// still at the frontier (a resolver usually reads at the step's start,
+// before anything moves), and otherwise folds the log from the latest
+// snapshot (or the start) up to the frontier.
+func (f frontier) State(ctx context.Context) (*protocol.AIState, uint64, error) {
+	req := &frontierRequest{index: f.index, reply: make(chan *protocol.AIState, 1)}
+	f.ask(req)
+	wait := time.NewTimer(frontierWait)
+	defer wait.Stop()
+	select {
+	case st := <-req.reply:
+		if st != nil {
+			return st, f.index, nil
+		}
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-wait.C:
+	}
+	st, at, err := replay(ctx, f.store, f.contract, f.session, f.index, func(string, error) {})
+	if err != nil {
+		return nil, 0, err
+	}
+	return st.AI, at, nil
 }
 
 // Reducer folds the log with r up to the frontier, or through (R-CONTRACT-19).

@@ -27,7 +27,9 @@ type Options struct {
 	// one (default 1000; negative disables snapshots).
 	SnapshotEvery int
 	// SnapshotBytes saves a snapshot after this many payload bytes since the
-	// last one (default 4 MiB).
+	// last one (default 4 MiB). Either way, once a session's state is large
+	// the payloads since its last snapshot must also add up to that
+	// snapshot's size (docs/storage.md, 2.7).
 	SnapshotBytes int
 	// PassivateAfter stops a session that has been idle this long, freeing
 	// its memory (default 2 minutes).

@@ -84,6 +84,9 @@ type sessionActor struct {
 
 	sinceSnapshot      int
 	sinceSnapshotBytes int
+	// lastSnapshotBytes is the size of the last snapshot this actor saved
+	// (0 before its first).
+	lastSnapshotBytes int
 
 	// owned: this agent owns the session's log (owner.go); until it does,
 	// the first write claims it.
@@ -220,6 +223,12 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.onWriteDone(m)
 	case *laneStarted, *laneChunk, *laneEnd, *laneEvent:
 		s.onLane(m)
+	case *frontierRequest:
+		var st *protocol.AIState
+		if s.index == m.index && s.broken == nil && !s.stopping {
+			st = s.state.AI.Clone()
+		}
+		m.reply <- st
 	case *toolEnd:
 		s.onToolEnd(m)
 	case *toolPreliminary:
@@ -871,8 +880,22 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 	s.stop()
 }
 
+// snapshotDue says whether a session saves a snapshot, after events
+// events and bytes bytes of payloads since its last one, whose size was
+// last (0: none yet).
+func snapshotDue(o Options, events, bytes, last int) bool {
+	return (events >= o.SnapshotEvery || bytes >= o.SnapshotBytes) && bytes >= last
+}
+
 // maybeSnapshot saves a snapshot every SnapshotEvery events or
-// SnapshotBytes bytes.
+// SnapshotBytes bytes, and, once the state is large, only when the
+// payloads since the last snapshot add up to at least its size. A snapshot
+// marshals the whole state, so a fixed interval would make a long
+// session's every event dearer (the state grows with the conversation,
+// the events do not); with the interval growing with the state, a
+// snapshot costs about a fixed amount per byte of log written, and an
+// activation replays at most about one snapshot's worth of log after it
+// (docs/storage.md, 2.7).
 func (s *sessionActor) maybeSnapshot(stored []protocol.Event) {
 	if s.rt.opts.SnapshotEvery < 0 {
 		return
@@ -881,14 +904,14 @@ func (s *sessionActor) maybeSnapshot(stored []protocol.Event) {
 	for _, ev := range stored {
 		s.sinceSnapshotBytes += len(ev.Payload)
 	}
-	if s.sinceSnapshot < s.rt.opts.SnapshotEvery && s.sinceSnapshotBytes < s.rt.opts.SnapshotBytes {
+	if !snapshotDue(s.rt.opts, s.sinceSnapshot, s.sinceSnapshotBytes, s.lastSnapshotBytes) {
 		return
 	}
 	b, err := s.state.MarshalJSON()
 	if err != nil {
 		return
 	}
-	s.sinceSnapshot, s.sinceSnapshotBytes = 0, 0
+	s.sinceSnapshot, s.sinceSnapshotBytes, s.lastSnapshotBytes = 0, 0, len(b)
 	snap := persistence.Snapshot{Session: s.id, Reducer: s.agent.contract.ReducerName(), Index: s.index, State: b}
 	store, logger := s.store, s.rt.opts.Logger
 	go func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,4 +255,74 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}
+}
+
+// A resolver's Session.State is the whole state at the step's frontier
+// (R-CONTRACT-19), although the step's own copy leaves out the maps that
+// grow with the conversation (AIState.StepCopy): read at once, the session
+// actor answers with a copy of its state, which is still at the frontier;
+// read after a push moved the session on, the log is folded up to the
+// frontier. Either way the read holds the earlier turn's usage and tool
+// call, and not the message pushed after the frontier (mutants: the actor
+// answers with its state whatever its index; the step's copy instead of a
+// whole one).
+func TestResolverReadsTheWholeStateAtTheFrontier(t *testing.T) {
+	type read struct {
+		st    *protocol.AIState
+		index uint64
+		err   error
+	}
+	var wait atomic.Bool
+	resolving, proceed := make(chan struct{}, 1), make(chan struct{})
+	reads := make(chan read, 4)
+	f := newFixture(t, `{"default":{"text":"let me look","toolCalls":[{"name":"lookup","input":{"q":"x"}}],"then":{"text":"found it"}}}`, func(a *AgentOptions) {
+		a.Tools = []tools.Tool{{Name: "lookup", Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(`{"found":true}`), nil
+		}}}
+		a.Model = harness.ModelFunc(func(ctx context.Context, rc harness.ResolverContext) (harness.ModelSettings, error) {
+			if wait.Load() && rc.Event.Type == protocol.TypeGenerationRequested {
+				resolving <- struct{}{}
+				<-proceed
+			}
+			var r read
+			r.st, r.index, r.err = rc.Session.State(ctx)
+			reads <- r
+			return harness.ModelSettings{Model: "script"}, nil
+		})
+	})
+	f.push("s1", protocol.Inputs.Text("m1", "first"))
+	f.waitFor("s1", "the first turn", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+	for range 2 { // the first turn's two steps
+		if r := receive(t, reads, "a read of the first turn"); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	check := func(what string, r read, notAfter uint64) {
+		t.Helper()
+		switch {
+		case r.err != nil:
+			t.Fatalf("%s: %v", what, r.err)
+		case r.index == 0 || r.index >= notAfter:
+			t.Fatalf("%s: index %d, want one before %d", what, r.index, notAfter)
+		case len(r.st.Usage) < 2 || len(r.st.Tools) < 1 || len(r.st.TerminalGenerations) < 2:
+			t.Fatalf("%s: usage %v, tools %v, terminal generations %v: not the whole state", what, r.st.Usage, r.st.Tools, r.st.TerminalGenerations)
+		case len(r.st.Inbox.Items) != 0:
+			t.Fatalf("%s: the inbox holds %v, pushed after the frontier", what, r.st.Inbox.Items)
+		}
+	}
+	// Read at once: the actor is still at the frontier.
+	out := f.push("s1", protocol.Inputs.Text("m2", "second"))
+	now := receive(t, reads, "the read at once")
+	check("the read at once", now, out[0].Index+100)
+	f.waitFor("s1", "the second turn", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 4 })
+	receive(t, reads, "the second turn's continuation")
+	// Read after the session moved on: a message queued behind the turn.
+	wait.Store(true)
+	f.push("s1", protocol.Inputs.Text("m3", "third"))
+	receive(t, resolving, "the resolver")
+	wait.Store(false)
+	late := f.push("s1", protocol.Inputs.Text("m4", "queued"))
+	close(proceed)
+	check("the read after a push", receive(t, reads, "the late read"), late[0].Index)
+	f.waitFor("s1", "the queued turn", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 8 })
 }

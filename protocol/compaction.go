@@ -172,12 +172,17 @@ func (s *AIState) unsettledExchange() string {
 // settled, in any turn, or "".
 func (s *AIState) unsettledWork() string {
 	for _, id := range sortedKeys(s.Tools) {
-		t := s.Tools[id]
-		if t.Running || t.Status == ToolStatusRequested || t.Status == ToolStatusRunning {
+		if toolWorkUnsettled(s.Tools[id]) {
 			return id
 		}
 	}
 	return ""
+}
+
+// toolWorkUnsettled reports whether a tool call's A2-owned execution has
+// not settled.
+func toolWorkUnsettled(t ToolActivity) bool {
+	return t.Running || t.Status == ToolStatusRequested || t.Status == ToolStatusRunning
 }
 
 // SummaryRole is the role of the summary message in model context (OQ-27).

@@ -490,10 +490,28 @@ func FuzzFoldBytes(f *testing.F) {
 
 // checkSizes checks that the estimate of a step's prompt made with the
 // cache of earlier steps (MessageCache, which keeps what settled messages
-// measured) equals the whole computation, on the model context of a read
-// copy of the state, as a lane sees it.
+// measured) equals the whole computation, on the model context of a
+// step's copy of the state (AIState.StepCopy), as a lane sees it, and that
+// the copy says what the state says of compaction's deferral and of the
+// active response.
 func (s *sim) checkSizes() error {
-	snap := s.state.ReadCopy()
+	snap := s.state.StepCopy()
+	for _, v := range []bool{false, true} {
+		if got, want := CompactionDeferral(snap, v), CompactionDeferral(s.state, v); got != want {
+			return fmt.Errorf("a step's copy defers compaction with %q, the state with %q", got, want)
+		}
+	}
+	if got, want := snap.unsettledWork(), s.state.unsettledWork(); got != want {
+		return fmt.Errorf("a step's copy names %q as unsettled tool work, the state %q", got, want)
+	}
+	if got, want := len(snap.Messages), len(s.state.Messages); got != want {
+		return fmt.Errorf("a step's copy holds %d messages, the state %d", got, want)
+	}
+	for _, m := range s.state.Messages {
+		if snap.IsActiveResponse(m.ID) != s.state.IsActiveResponse(m.ID) {
+			return fmt.Errorf("a step's copy and the state disagree on whether %s is the active response", m.ID)
+		}
+	}
 	_, after := ModelContext(snap.Messages)
 	err := s.sizes.Update(after, func(id string) bool { return !snap.IsActiveResponse(id) },
 		func(m *TranscriptMessage) (int64, error) { return MessageBytes(*m), nil })

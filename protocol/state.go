@@ -364,6 +364,27 @@ func (s *AIState) Clone() *AIState { return s.clone(true) }
 // length of the transcript. Its messages' parts must not be changed.
 func (s *AIState) ReadCopy() *AIState { return s.clone(false) }
 
+// StepCopy is ReadCopy without the maps that grow with the conversation,
+// for a model step, which reads the transcript, the active response, the
+// model metadata, the calibration and what defers a compaction: Usage,
+// ResponseOwners, TerminalRequestIDs and TerminalGenerations are nil, and
+// Tools holds only the calls whose A2-owned execution has not settled (what
+// CompactionDeferral reads). A step of a long session so copies a few maps
+// of a few entries, not one entry for every tool call, generation and
+// request the session ever had.
+func (s *AIState) StepCopy() *AIState {
+	t := *s
+	t.Usage, t.ResponseOwners, t.TerminalRequestIDs, t.TerminalGenerations, t.Tools = nil, nil, nil, nil, nil
+	c := t.clone(false)
+	c.Tools = map[string]ToolActivity{}
+	for id, a := range s.Tools {
+		if toolWorkUnsettled(a) {
+			c.Tools[id] = a
+		}
+	}
+	return c
+}
+
 // clone copies s; allParts copies every message's parts, else only the
 // active response's.
 func (s *AIState) clone(allParts bool) *AIState {
