@@ -394,7 +394,15 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		ctx = trace.ContextWithSpan(ctx, in.span)
 	}
 	// Callbacks see the prompt messages, already compacted (R-GEN-12).
-	rc := harness.ResolverContext{Event: in.request, Messages: promptMessages(in.gen, in.messages), State: in.app}
+	settled := func(id string) bool { return in.ai == nil || !in.ai.IsActiveResponse(id) }
+	modelContext := protocol.ModelContext
+	if in.prompts != nil {
+		modelContext = func(m []protocol.TranscriptMessage) (string, []protocol.TranscriptMessage) {
+			return in.prompts.ModelContext(m, settled)
+		}
+	}
+	summary, after := modelContext(in.messages)
+	rc := harness.ResolverContext{Event: in.request, Messages: contextMessages(in.gen, summary, after), State: in.app}
 	if in.ai != nil {
 		rc.Session = frontier{index: in.index, store: in.store, session: in.session, contract: in.agent.contract, ask: send}
 	}
@@ -467,12 +475,11 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	messages := in.messages
 	toolsJSON, _ := json.Marshal(req.Tools)
-	settled := func(id string) bool { return !in.ai.IsActiveResponse(id) }
 	prompt := func() (int64, error) {
 		// The same as ConvertToModelMessages and EstimateBytes of the
 		// model context, with what the settled messages contribute kept
 		// from the session's earlier steps.
-		summary, after := protocol.ModelContext(messages)
+		summary, after := modelContext(messages)
 		msgs, bytes, err := in.prompts.Prompt(after, settled)
 		if err != nil {
 			return 0, err
@@ -521,7 +528,8 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	gc := GenerateContext{ResolverContext: rc, GenerationID: in.gen, ModelMessages: req.Messages,
 		Model: settings, Instructions: instructions, Tools: req.Tools, Generation: gs}
-	gc.Messages = promptMessages(in.gen, messages) // this step's compaction included (R-GEN-29)
+	summary, after = modelContext(messages)
+	gc.Messages = contextMessages(in.gen, summary, after) // this step's compaction included (R-GEN-29)
 	metadata := a.Harness.MessageMetadata
 	var stream harness.Stream
 	stepCtx, call := startModelCall(stepCtx, settings.Model, in.session)
@@ -592,6 +600,11 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 // without one, every message (R-GEN-12, R-COMPACT-03).
 func promptMessages(gen string, messages []protocol.TranscriptMessage) []protocol.TranscriptMessage {
 	summary, after := protocol.ModelContext(messages)
+	return contextMessages(gen, summary, after)
+}
+
+// contextMessages is promptMessages of a model context already found.
+func contextMessages(gen string, summary string, after []protocol.TranscriptMessage) []protocol.TranscriptMessage {
 	if summary == "" {
 		return after
 	}

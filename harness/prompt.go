@@ -16,8 +16,18 @@ import (
 // activation starts empty and fills at its first step. It is safe for
 // concurrent use; its zero value is empty.
 type PromptCache struct {
-	mu    sync.Mutex
-	cache protocol.MessageCache[promptShare]
+	mu      sync.Mutex
+	cache   protocol.MessageCache[promptShare]
+	context protocol.ContextCache
+}
+
+// ModelContext returns protocol.ModelContext(messages), looking only at
+// the parts of the messages that are new or still written to
+// (protocol.ContextCache); settled is as for Prompt.
+func (c *PromptCache) ModelContext(messages []protocol.TranscriptMessage, settled func(id string) bool) (summary string, after []protocol.TranscriptMessage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.context.ModelContext(messages, settled)
 }
 
 type promptShare struct {

@@ -197,21 +197,62 @@ const SummaryRole = RoleUser
 // (R-COMPACT-06).
 func ModelContext(messages []TranscriptMessage) (summary string, after []TranscriptMessage) {
 	for i := len(messages) - 1; i >= 0; i-- {
-		parts := messages[i].Parts
-		for k := len(parts) - 1; k >= 0; k-- {
-			if parts[k].Type != PartCompaction {
-				continue
-			}
-			var d CompactionData
-			if json.Unmarshal(parts[k].Data, &d) != nil || d.Status != CompactionStatusCompleted {
-				continue
-			}
-			rest := messages[i]
-			rest.Parts = parts[k+1:]
-			if len(rest.Parts) > 0 {
-				after = append(after, rest)
-			}
-			return d.Summary, append(after, messages[i+1:]...)
+		if m := latestSummary(&messages[i]); m.part >= 0 {
+			return m.summary, contextAfter(messages, i, m.part)
+		}
+	}
+	return "", messages
+}
+
+// summaryMark is where a message holds its latest completed compaction
+// part (part -1: none) and that part's summary.
+type summaryMark struct {
+	part    int
+	summary string
+}
+
+func latestSummary(m *TranscriptMessage) summaryMark {
+	for k := len(m.Parts) - 1; k >= 0; k-- {
+		if m.Parts[k].Type != PartCompaction {
+			continue
+		}
+		var d CompactionData
+		if json.Unmarshal(m.Parts[k].Data, &d) != nil || d.Status != CompactionStatusCompleted {
+			continue
+		}
+		return summaryMark{part: k, summary: d.Summary}
+	}
+	return summaryMark{part: -1}
+}
+
+// contextAfter is what follows part k of message i: the rest of that
+// message, when it has any, and every later message.
+func contextAfter(messages []TranscriptMessage, i, k int) []TranscriptMessage {
+	var after []TranscriptMessage
+	rest := messages[i]
+	rest.Parts = rest.Parts[k+1:]
+	if len(rest.Parts) > 0 {
+		after = append(after, rest)
+	}
+	return append(after, messages[i+1:]...)
+}
+
+// ContextCache is ModelContext for the model steps of one session: where
+// each settled message holds a completed compaction part is kept
+// (MessageCache), so a step looks at the parts of the messages that are new
+// or still written to only. Its zero value is empty; it is not safe for
+// concurrent use.
+type ContextCache struct {
+	marks MessageCache[summaryMark]
+}
+
+// ModelContext returns ModelContext(messages); settled says whether a
+// message may be kept (false for the active response).
+func (c *ContextCache) ModelContext(messages []TranscriptMessage, settled func(id string) bool) (summary string, after []TranscriptMessage) {
+	_ = c.marks.Update(messages, settled, func(m *TranscriptMessage) (summaryMark, error) { return latestSummary(m), nil })
+	for i := c.marks.Len() - 1; i >= 0; i-- {
+		if m := c.marks.At(i); m.part >= 0 {
+			return m.summary, contextAfter(messages, i, m.part)
 		}
 	}
 	return "", messages

@@ -24,7 +24,8 @@ type sim struct {
 	frozen map[string][]byte // messages as first seen settled (settledMessages)
 	// sizes is kept from fold to fold, as a session actor keeps its
 	// prompts' cache from step to step (checkSizes).
-	sizes MessageCache[int64]
+	sizes   MessageCache[int64]
+	context ContextCache
 }
 
 func newSim() *sim { return &sim{state: NewAIState(), policy: Policy{MaxSteps: 4}} }
@@ -512,7 +513,12 @@ func (s *sim) checkSizes() error {
 			return fmt.Errorf("a step's copy and the state disagree on whether %s is the active response", m.ID)
 		}
 	}
-	_, after := ModelContext(snap.Messages)
+	summary, after := ModelContext(snap.Messages)
+	settled := func(id string) bool { return !snap.IsActiveResponse(id) }
+	cs, cafter := s.context.ModelContext(snap.Messages, settled)
+	if cs != summary || !sameContext(cafter, after) {
+		return fmt.Errorf("the cached model context is %q and %d messages, the whole computation %q and %d", cs, len(cafter), summary, len(after))
+	}
 	err := s.sizes.Update(after, func(id string) bool { return !snap.IsActiveResponse(id) },
 		func(m *TranscriptMessage) (int64, error) { return MessageBytes(*m), nil })
 	if err != nil {
@@ -526,6 +532,20 @@ func (s *sim) checkSizes() error {
 		return fmt.Errorf("the cached estimate is %d bytes, the whole computation %d", cached, full)
 	}
 	return nil
+}
+
+// sameContext reports whether two model contexts hold the same messages
+// with the same parts.
+func sameContext(a, b []TranscriptMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || len(a[i].Parts) != len(b[i].Parts) || (len(a[i].Parts) > 0 && &a[i].Parts[0] != &b[i].Parts[0]) {
+			return false
+		}
+	}
+	return true
 }
 
 // settledMessages encodes every message but the active response. Once a
