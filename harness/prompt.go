@@ -19,6 +19,13 @@ type PromptCache struct {
 	mu      sync.Mutex
 	cache   protocol.MessageCache[promptShare]
 	context protocol.ContextCache
+	// flat holds the model messages of the cache's first len(ends) slots,
+	// all settled, one after the other: slot i's end in flat at ends[i],
+	// and the sum of the slots' bytes through slot i at sums[i]. A prompt
+	// copies it in one piece, then adds the rest.
+	flat []ModelMessage
+	ends []int
+	sums []int64
 }
 
 // ModelContext returns protocol.ModelContext(messages), looking only at
@@ -52,21 +59,37 @@ func sharePrompt(m *protocol.TranscriptMessage) (promptShare, error) {
 func (c *PromptCache) Prompt(messages []protocol.TranscriptMessage, settled func(id string) bool) ([]ModelMessage, int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.cache.Update(messages, settled, sharePrompt); err != nil {
+	err := c.cache.Update(messages, settled, sharePrompt)
+	// What flat holds of slots the update changed (or dropped on an error)
+	// goes.
+	keep := min(len(c.ends), c.cache.Stable(), c.cache.Len())
+	end, total := 0, int64(0)
+	if keep > 0 {
+		end, total = c.ends[keep-1], c.sums[keep-1]
+	}
+	clear(c.flat[end:]) // no references kept past the end
+	c.flat, c.ends, c.sums = c.flat[:end], c.ends[:keep], c.sums[:keep]
+	if err != nil {
 		return nil, 0, err
 	}
-	var total int64
-	count := 0
-	for i := 0; i < c.cache.Len(); i++ {
+	for i := keep; i < c.cache.Len() && c.cache.Settled(i); i++ {
+		s := c.cache.At(i)
+		c.flat = append(c.flat, s.msgs...)
+		total += s.bytes
+		c.ends, c.sums = append(c.ends, len(c.flat)), append(c.sums, total)
+	}
+	count := len(c.flat)
+	for i := len(c.ends); i < c.cache.Len(); i++ {
 		s := c.cache.At(i)
 		total += s.bytes
 		count += len(s.msgs)
 	}
-	var out []ModelMessage
-	if count > 0 {
-		out = make([]ModelMessage, 0, count)
+	if count == 0 {
+		return nil, total, nil
 	}
-	for i := 0; i < c.cache.Len(); i++ {
+	out := make([]ModelMessage, len(c.flat), count)
+	copy(out, c.flat)
+	for i := len(c.ends); i < c.cache.Len(); i++ {
 		out = append(out, c.cache.At(i).msgs...)
 	}
 	return out, total, nil

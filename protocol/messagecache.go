@@ -17,6 +17,8 @@ package protocol
 // safe for concurrent use.
 type MessageCache[T any] struct {
 	slots []messageSlot[T]
+	// stable is how many leading slots the last Update kept as they were.
+	stable int
 }
 
 type messageSlot[T any] struct {
@@ -44,6 +46,7 @@ func (c *MessageCache[T]) Update(messages []TranscriptMessage, settled func(id s
 		}
 		c.slots = c.slots[:len(messages)] // slots past the old end were cleared
 	}
+	c.stable = len(messages)
 	for i := range messages {
 		m := &messages[i]
 		k := messageSlot[T]{id: m.ID, parts: len(m.Parts), meta: len(m.Metadata)}
@@ -54,6 +57,7 @@ func (c *MessageCache[T]) Update(messages []TranscriptMessage, settled func(id s
 		if s.settled && s.id == k.id && s.first == k.first && s.parts == k.parts && s.meta == k.meta {
 			continue
 		}
+		c.stable = min(c.stable, i)
 		v, err := compute(m)
 		if err != nil {
 			c.slots = c.slots[:i]
@@ -70,3 +74,12 @@ func (c *MessageCache[T]) Len() int { return len(c.slots) }
 
 // At is message i's value of the last Update.
 func (c *MessageCache[T]) At(i int) T { return c.slots[i].value }
+
+// Settled says whether message i of the last Update was settled.
+func (c *MessageCache[T]) Settled(i int) bool { return c.slots[i].settled }
+
+// Stable is how many leading messages the last Update found as the Update
+// before it left them: settled, the same, at the same place, with the
+// same values. A caller that keeps something built from the values of the
+// first slots keeps what it built from the first Stable ones.
+func (c *MessageCache[T]) Stable() int { return c.stable }
