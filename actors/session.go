@@ -224,8 +224,10 @@ func (s *sessionActor) Receive(c actor.Context) {
 	case *laneStarted, *laneChunk, *laneEnd, *laneEvent:
 		s.onLane(m)
 	case *frontierRequest:
+		// During a write the state holds the write's events already
+		// (assemble folds them first), which are past the index.
 		var st *protocol.AIState
-		if s.index == m.index && s.broken == nil && !s.stopping {
+		if s.index == m.index && !s.writing && s.broken == nil && !s.stopping {
 			st = s.state.AI.Clone()
 		}
 		m.reply <- st
