@@ -65,7 +65,7 @@ func contains(list []string, s string) bool {
 type ResolverContext struct {
 	Event protocol.Event
 	// Messages are read-only: their parts are shared with the session's
-	// state (protocol.AIState.ReadCopy), which a change would corrupt.
+	// state (protocol.AIState.StepCopy), which a change would corrupt.
 	Messages []protocol.TranscriptMessage
 	State    any
 	Session  SessionReader
