@@ -83,6 +83,16 @@ func (c *crashStore) AppendWithAsync(ctx context.Context, session string, expect
 	})
 }
 
+// AppendPrecededAsync counts and crashes as Append does, once for the
+// session's claim and first batch when the store underneath writes them in
+// one write (the Pebble store), so that the crash points fall after it.
+func (c *crashStore) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
+	persistence.AppendPrecededAsync(ctx, c.Store, pre, session, expected, events, opts, func(out []protocol.Event, err error) {
+		c.appended()
+		done(out, err)
+	})
+}
+
 func (c *crashStore) MarkWork(ctx context.Context, session string, at uint64, work bool) error {
 	return c.Store.(persistence.WorkIndexer).MarkWork(ctx, session, at, work)
 }

@@ -415,3 +415,8 @@ func TestSnapshotDue(t *testing.T) {
 		}
 	}
 }
+
+// AppendPrecededAsync goes through Append, as AppendAsync does.
+func (g *gatedStore) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, _ persistence.AppendOptions, done func([]protocol.Event, error)) {
+	appendPreceded(g.Append, ctx, pre, session, expected, events, done)
+}

@@ -73,12 +73,23 @@ func ownedBy(session, agent string) error {
 // claimSession records agent as session's owner; ErrSessionOwned if another
 // agent claimed it first.
 func claimSession(ctx context.Context, store persistence.Store, agent, session string) error {
+	c := sessionClaim(ctx, store, agent, session)
+	return c.Check(store.Append(ctx, c.Session, c.Expected, c.Events))
+}
+
+// sessionClaim is the append of agent's claim of session, to precede the
+// session's first batch (persistence.AppendPrecededAsync: on the Pebble
+// store, in the same synced write). Its Check makes a claim another agent
+// made first ErrSessionOwned.
+func sessionClaim(ctx context.Context, store persistence.Store, agent, session string) persistence.Preceding {
 	ev := protocol.Event{ID: ownerEventID(session), Type: ownerEventType, Payload: mustJSON(ownerClaim{Agent: agent})}
-	_, err := store.Append(ctx, ownerLog(session), 0, []protocol.Event{ev})
-	if errors.Is(err, persistence.ErrPartialDuplicateBatch) || errors.Is(err, persistence.ErrIndexConflict) {
-		if o, oerr := sessionOwner(ctx, store, session); oerr == nil && o != "" && o != agent {
-			return ownedBy(session, o)
-		}
-	}
-	return err
+	return persistence.Preceding{Session: ownerLog(session), Events: []protocol.Event{ev},
+		Check: func(_ []protocol.Event, err error) error {
+			if errors.Is(err, persistence.ErrPartialDuplicateBatch) || errors.Is(err, persistence.ErrIndexConflict) {
+				if o, oerr := sessionOwner(ctx, store, session); oerr == nil && o != "" && o != agent {
+					return ownedBy(session, o)
+				}
+			}
+			return err
+		}}
 }

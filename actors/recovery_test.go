@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/a2-runtime/a2/internal/testutil"
+	"github.com/a2-runtime/a2/persistence"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -198,6 +199,12 @@ func (f *failingStore) Append(ctx context.Context, session string, expected uint
 // AppendAsync injects as Append does.
 func (f *failingStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
 	go func() { done(f.Append(ctx, session, expected, events)) }()
+}
+
+// AppendPrecededAsync injects as Append does, into the claim's append and
+// the batch's, one after the other.
+func (f *failingStore) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, _ persistence.AppendOptions, done func([]protocol.Event, error)) {
+	appendPreceded(f.Append, ctx, pre, session, expected, events, done)
 }
 
 // R-GEN-17 R-DELIVERY-08: a store failure is not a turn failure: the

@@ -48,6 +48,30 @@ func (c *countingStore) AppendAsync(ctx context.Context, session string, expecte
 	persistence.AppendAsync(ctx, c.Store, session, expected, events, done)
 }
 
+// AppendPrecededAsync counts a session's first write and its ownership
+// claim as the one write the store makes of them, when the store makes one
+// (persistence.PrecedingAppender), and as two when it does not.
+func (c *countingStore) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
+	if _, ok := c.Store.(persistence.PrecedingAppender); !ok {
+		c.count(pre.Events)
+	}
+	c.count(events)
+	persistence.AppendPrecededAsync(ctx, c.Store, pre, session, expected, events, opts, done)
+}
+
+// appendPreceded is AppendPrecededAsync through app, one append after the
+// other, for a wrapper that injects into its Append: it overrides
+// AppendPrecededAsync with it, as it overrides AppendAsync.
+func appendPreceded(app func(context.Context, string, uint64, []protocol.Event) ([]protocol.Event, error), ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
+	go func() {
+		if err := pre.Check(app(ctx, pre.Session, pre.Expected, pre.Events)); err != nil {
+			done(nil, err)
+			return
+		}
+		done(app(ctx, session, expected, events))
+	}()
+}
+
 func (c *countingStore) count(events []protocol.Event) {
 	c.appends.Add(1)
 	if c.countOnly {

@@ -669,13 +669,10 @@ func (s *sessionActor) tryFlush() {
 		sys.Root.Send(self, &writeDone{stored: stored, err: err})
 	}
 	if claim {
-		go func() {
-			if err := claimSession(context.Background(), store, agent, session); err != nil {
-				done(nil, err)
-				return
-			}
-			done(persistence.AppendWith(context.Background(), store, session, expected, batch, opts))
-		}()
+		// The session's first write: its ownership claim precedes the
+		// batch, in the same synced write on a store that can.
+		ctx := context.Background()
+		persistence.AppendPrecededAsync(ctx, store, sessionClaim(ctx, store, agent, session), session, expected, batch, opts, done)
 		return
 	}
 	// The store's committer tells the actor when the batch is durable (no

@@ -18,6 +18,7 @@ import (
 
 	"github.com/a2-runtime/a2/internal/testutil"
 
+	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
 )
@@ -277,4 +278,9 @@ func TestReportToolRetriesAFailureBeforeExecute(t *testing.T) {
 	if output != `"charged"` || errText != "" {
 		t.Fatalf("the call's result is %q / %q, want the tool's own result", output, errText)
 	}
+}
+
+// AppendPrecededAsync goes through Append, as AppendAsync does.
+func (f *failFirstClaim) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, _ persistence.AppendOptions, done func([]protocol.Event, error)) {
+	appendPreceded(f.Append, ctx, pre, session, expected, events, done)
 }

@@ -90,3 +90,46 @@ func AppendWith(ctx context.Context, store Store, session string, expected uint6
 	}
 	return store.Append(ctx, session, expected, events)
 }
+
+// Preceding is an append to another log that must be durable no later than
+// the batch it precedes: a session's ownership claim before the session's
+// first batch (actors, owner.go).
+type Preceding struct {
+	Session  string
+	Expected uint64
+	Events   []protocol.Event
+	// Check turns the preceding append's result, when it ends without
+	// writing (an identical resubmission, a conflict), into the batch's
+	// fate: nil lets the batch be written, an error is the batch's error
+	// and nothing of the batch is written. It runs on the caller's
+	// goroutine and may read the store.
+	Check func(stored []protocol.Event, err error) error
+}
+
+// PrecedingAppender is implemented by a store that writes a batch and the
+// append that must precede it in one atomic, synced write.
+type PrecedingAppender interface {
+	// AppendPrecededAsync is AppendWithAsync of the batch after pre: both in
+	// one write when both are new; pre alone when the batch ends before its
+	// commit (done then gets the batch's result); the batch alone when pre
+	// ends without writing and pre.Check lets it.
+	AppendPrecededAsync(ctx context.Context, pre Preceding, session string, expected uint64, events []protocol.Event, opts AppendOptions, done func([]protocol.Event, error))
+}
+
+// AppendPrecededAsync appends pre, then the batch, with store's
+// AppendPrecededAsync when it has one (one synced write for both); else
+// one after the other on a goroutine of its own: pre's Append, pre.Check,
+// then AppendWith.
+func AppendPrecededAsync(ctx context.Context, store Store, pre Preceding, session string, expected uint64, events []protocol.Event, opts AppendOptions, done func([]protocol.Event, error)) {
+	if a, ok := store.(PrecedingAppender); ok {
+		a.AppendPrecededAsync(ctx, pre, session, expected, events, opts, done)
+		return
+	}
+	go func() {
+		if err := pre.Check(store.Append(ctx, pre.Session, pre.Expected, pre.Events)); err != nil {
+			done(nil, err)
+			return
+		}
+		done(AppendWith(ctx, store, session, expected, events, opts))
+	}()
+}

@@ -51,6 +51,52 @@ func (s *Store) AppendWithAsync(ctx context.Context, session string, expected ui
 	s.commitAsync(p.b, func(err error) { done(p.finish(err)) })
 }
 
+// AppendPrecededAsync implements persistence.PrecedingAppender: pre and
+// the batch are prepared one after the other (each under its own log's
+// append lock, pre's first), and pre's Pebble batch is applied to the
+// batch's, so that one commit, in one group, writes both. When the batch
+// ends before its commit (a resubmission, a conflict), pre is committed
+// alone, as an append before it would have been.
+func (s *Store) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
+	if pre.Session == session {
+		done(nil, fmt.Errorf("%w: a preceding append to the batch's own session %q", persistence.ErrInvalid, session))
+		return
+	}
+	pp, stored, err := s.prepareAppend(ctx, pre.Session, pre.Expected, pre.Events, persistence.AppendOptions{})
+	if pp == nil {
+		if err := pre.Check(stored, err); err != nil {
+			done(nil, err)
+			return
+		}
+		s.AppendWithAsync(ctx, session, expected, events, opts, done)
+		return
+	}
+	p, result, err := s.prepareAppend(ctx, session, expected, events, opts)
+	if p == nil {
+		s.commitAsync(pp.b, func(perr error) {
+			if _, perr = pp.finish(perr); perr != nil {
+				done(nil, perr)
+				return
+			}
+			done(result, err)
+		})
+		return
+	}
+	if aerr := p.b.Apply(pp.b, nil); aerr != nil {
+		_ = pp.b.Close()
+		_ = p.b.Close()
+		aerr = fmt.Errorf("persistence/pebble: batch: %w", aerr)
+		_, _ = pp.finish(aerr)
+		done(p.finish(aerr))
+		return
+	}
+	_ = pp.b.Close()
+	s.commitAsync(p.b, func(err error) {
+		_, _ = pp.finish(err)
+		done(p.finish(err))
+	})
+}
+
 // MarkWork implements persistence.WorkIndexer: under the session's append
 // lock, so that no append of the session runs between the check of its
 // last index and the mark.
