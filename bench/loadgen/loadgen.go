@@ -224,8 +224,7 @@ func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, age
 	if text == "" {
 		text = "hi"
 	}
-	prefix := strings.TrimSuffix(base, "/") + "/v1/agents/" + url.PathEscape(agent) + "/sessions/" + url.PathEscape(session)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/stream?after=%d", prefix, after), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/stream?after=%d", sessionURL(base, agent, session), after), nil)
 	if err != nil {
 		return r, err
 	}
@@ -245,6 +244,11 @@ func turn(ctx context.Context, hc *http.Client, pusher *client.Client, base, age
 	return r, err
 }
 
+// sessionURL is the session's base URL on the node at base.
+func sessionURL(base, agent, session string) string {
+	return strings.TrimSuffix(base, "/") + "/v1/agents/" + url.PathEscape(agent) + "/sessions/" + url.PathEscape(session)
+}
+
 // pushTurn is turn as one request: a push with stream=1, whose answer
 // starts at the pushed message's event and ends when the session is idle.
 // It reads that answer to its end, so that its connection is kept for the
@@ -259,8 +263,7 @@ func pushTurn(ctx context.Context, hc *http.Client, _ *client.Client, base, agen
 	if err != nil {
 		return r, err
 	}
-	u := strings.TrimSuffix(base, "/") + "/v1/agents/" + url.PathEscape(agent) + "/sessions/" + url.PathEscape(session) + "/events?stream=1"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sessionURL(base, agent, session)+"/events?stream=1", bytes.NewReader(body))
 	if err != nil {
 		return r, err
 	}
