@@ -113,14 +113,17 @@ func BenchmarkStateCopy(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for _, mode := range []string{"clone", "read-copy"} {
+	for _, mode := range []string{"clone", "read-copy", "step-copy"} {
 		b.Run("turns=1000/"+mode, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				if mode == "clone" {
+				switch mode {
+				case "clone":
 					_ = s.Clone()
-				} else {
+				case "read-copy":
 					_ = s.ReadCopy()
+				default:
+					_ = s.StepCopy()
 				}
 			}
 		})
