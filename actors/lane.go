@@ -394,12 +394,9 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		ctx = trace.ContextWithSpan(ctx, in.span)
 	}
 	// Callbacks see the prompt messages, already compacted (R-GEN-12).
-	settled := func(id string) bool { return in.ai == nil || !in.ai.IsActiveResponse(id) }
-	modelContext := protocol.ModelContext
-	if in.prompts != nil {
-		modelContext = func(m []protocol.TranscriptMessage) (string, []protocol.TranscriptMessage) {
-			return in.prompts.ModelContext(m, settled)
-		}
+	settled := func(id string) bool { return !in.ai.IsActiveResponse(id) }
+	modelContext := func(m []protocol.TranscriptMessage) (string, []protocol.TranscriptMessage) {
+		return in.prompts.ModelContext(m, settled)
 	}
 	summary, after := modelContext(in.messages)
 	rc := harness.ResolverContext{Event: in.request, Messages: contextMessages(in.gen, summary, after), State: in.app}

@@ -550,7 +550,7 @@ func sameContext(a, b []TranscriptMessage) bool {
 
 // settledMessages encodes every message but the active response. Once a
 // message is not the active response, no later fold changes it in place,
-// whatever becomes active (AIState.ReadCopy relies on it): the simulation
+// whatever becomes active (AIState.StepCopy relies on it): the simulation
 // keeps each message as first seen settled (sim.frozen) and compares it
 // after every fold.
 func settledMessages(s *AIState) map[string][]byte {

@@ -356,16 +356,12 @@ func (s *AIState) normalize() {
 // values and strings are immutable once folded and are shared.
 func (s *AIState) Clone() *AIState { return s.clone(true) }
 
-// ReadCopy is a copy of s to read while s goes on folding: Clone, except
-// that the messages other than the active response share their parts with
-// s. A fold changes no other message in place (the random-session
-// simulation checks every fold for it), so the copy reads as Clone's would,
-// at a cost that follows the active response and the maps rather than the
-// length of the transcript. Its messages' parts must not be changed.
-func (s *AIState) ReadCopy() *AIState { return s.clone(false) }
-
-// StepCopy is ReadCopy without the maps that grow with the conversation,
-// for a model step, which reads the transcript, the active response, the
+// StepCopy is a copy of s for a model step to read while s goes on
+// folding. Its messages other than the active response share their parts
+// with s: a fold changes no other message in place (the random-session
+// simulation checks every fold for it), so they read as Clone's would; they
+// must not be changed. And it leaves out the maps that grow with the
+// conversation. A step reads the transcript, the active response, the
 // model metadata, the calibration and what defers a compaction: Usage,
 // ResponseOwners, TerminalRequestIDs and TerminalGenerations are nil, and
 // Tools holds only the calls whose A2-owned execution has not settled (what
@@ -481,9 +477,7 @@ func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 		return nil
 	}
 	// maps.Clone copies the map's tables as they are, without hashing and
-	// inserting each entry again: the copy a step takes of a long session's
-	// history maps (every tool call, owner and finished request) costs a
-	// few copies of memory.
+	// inserting each entry again.
 	return maps.Clone(m)
 }
 
