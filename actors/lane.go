@@ -52,7 +52,10 @@ type lane struct {
 	bufs     [][]protocol.UIMessageChunk // the lane's batches, recycled once written
 	next     int                         // index of the next chunk to write
 	boundary bool
-	end      *laneEnd
+	// finishedAt is when the step's finish chunk came: its end follows
+	// at once, and its chunks wait for it up to startHold (tryFlush).
+	finishedAt time.Time
+	end        *laneEnd
 	// span is the attempt's span (nil without a trace), began its start,
 	// cancelCause why the actor cancelled it.
 	span        trace.Span
@@ -270,6 +273,9 @@ func (s *sessionActor) onLane(m any) {
 			for _, c := range m.chunks {
 				if protocol.IsBoundaryChunk(c) {
 					l.boundary = true
+					if c.Type == protocol.ChunkFinish && l.finishedAt.IsZero() {
+						l.finishedAt = time.Now()
+					}
 				}
 			}
 		}

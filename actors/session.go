@@ -588,6 +588,18 @@ func (s *sessionActor) tryFlush() {
 	chunks, boundary, events := 0, false, false
 	var hold time.Time // the earliest end of a start's hold
 	for _, l := range s.lanes {
+		// A step whose finish chunk came has its end on the way (the
+		// lane sends it once its stream returns EOF): its chunks, and its
+		// start, wait for it up to startHold, so that a step's last
+		// chunks and its end are one write, not two.
+		if l.end == nil && !l.finishedAt.IsZero() && len(l.pre) == 0 {
+			if until := l.finishedAt.Add(startHold); time.Now().Before(until) {
+				if hold.IsZero() || until.Before(hold) {
+					hold = until
+				}
+				continue
+			}
+		}
 		chunks += len(l.chunks)
 		boundary = boundary || l.boundary || l.end != nil
 		// The events a lane reports before its chunks (a compaction's
