@@ -137,7 +137,7 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 			RequestReason: c.Reason, IsAutomatic: c.IsAutomatic, InputSchemaInput: c.InputSchemaInput}
 		if t, ok := s.Tools[c.ToolCallID]; ok {
 			t.Status = ToolStatusApproval
-			s.Tools[c.ToolCallID] = t
+			s.putTool(c.ToolCallID, t)
 			s.PendingApprovals[c.ApprovalID] = PendingApproval{
 				ToolCallID: c.ToolCallID, ToolName: t.ToolName, RequestID: t.RequestID, GenerationID: t.GenerationID,
 			}
@@ -188,7 +188,7 @@ func (s *AIState) applyChunk(msg *TranscriptMessage, pr *Projection, c UIMessage
 		}
 		if t, ok := s.Tools[c.ToolCallID]; ok {
 			t.Status = toolStatusOfPart(part)
-			s.Tools[c.ToolCallID] = t
+			s.putTool(c.ToolCallID, t)
 		}
 	default:
 		if strings.HasPrefix(c.Type, "data-") && !c.Transient {
@@ -218,7 +218,7 @@ func (s *AIState) resetStep(msg *TranscriptMessage, pr *Projection) {
 			continue
 		}
 		if t, ok := s.Tools[part.ToolCallID]; ok && t.GenerationID == pr.GenerationID {
-			delete(s.Tools, part.ToolCallID)
+			s.dropTool(part.ToolCallID)
 		}
 		if part.Approval != nil {
 			delete(s.PendingApprovals, part.Approval.ID)
@@ -299,7 +299,7 @@ func (s *AIState) trackTool(pr *Projection, c UIMessageChunk, status string) {
 		t.ProviderExecuted = true
 	}
 	t.Status = status
-	s.Tools[c.ToolCallID] = t
+	s.putTool(c.ToolCallID, t)
 }
 
 func findToolPart(msg *TranscriptMessage, toolCallID string) (*TranscriptMessage, int) {

@@ -477,14 +477,21 @@ func (s *AIState) joinReady(p Policy, generationID string) bool {
 	}
 	// Whether any call holds the join, so the order does not matter: no
 	// sort of every call the session ever made at each step.
+	held := func(t ToolActivity) bool {
+		return t.GenerationID == generationID && !toolTerminal(t.Status) && (!t.ProviderExecuted || p.DeferredTools[t.ToolName])
+	}
+	if x := s.index(); x != nil {
+		for id := range x.open {
+			if held(s.Tools[id]) {
+				return false
+			}
+		}
+		return true
+	}
 	for _, t := range s.Tools {
-		if t.GenerationID != generationID || toolTerminal(t.Status) {
-			continue
+		if held(t) {
+			return false
 		}
-		if t.ProviderExecuted && !p.DeferredTools[t.ToolName] {
-			continue
-		}
-		return false
 	}
 	return true
 }

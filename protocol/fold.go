@@ -341,7 +341,7 @@ func (s *AIState) pauseNow() {
 			t.Status = ToolStatusPending
 		}
 		t.Version = a.Version // outcomes of the cancelled version are fenced
-		s.Tools[id] = t
+		s.putTool(id, t)
 	}
 	a.Phase = PhasePaused
 	if len(a.Settling) > 0 {
@@ -387,7 +387,7 @@ func (s *AIState) applyApproval(c *Command) {
 		part.State = ToolOutputDenied
 		t.Status = ToolStatusDenied
 	}
-	s.Tools[pa.ToolCallID] = t
+	s.putTool(pa.ToolCallID, t)
 }
 
 func (s *AIState) foldMessageCreated(ev Event) error {
@@ -405,7 +405,7 @@ func (s *AIState) foldMessageCreated(ev Event) error {
 	if msg.Parts == nil {
 		msg.Parts = []Part{}
 	}
-	s.Messages = append(s.Messages, msg)
+	s.addMessage(msg)
 	if p.TurnID != "" {
 		s.Active = &Turn{
 			TurnID: p.TurnID,
@@ -504,7 +504,7 @@ func (s *AIState) closeResponse(responseID string, steered bool) {
 				}
 				if t, ok := s.Tools[part.ToolCallID]; ok && !toolTerminal(t.Status) {
 					t.Status = toolStatusOfPart(part)
-					s.Tools[part.ToolCallID] = t
+					s.putTool(part.ToolCallID, t)
 				}
 			case part.Type == PartCompaction:
 				setCompactionStatus(part, CompactionStatusRunning, CompactionStatusInterrupted)
@@ -562,7 +562,7 @@ func (s *AIState) dropDrafts(msg *TranscriptMessage, from int) {
 	for _, part := range msg.Parts[from:] {
 		if part.IsToolPart() && part.State == ToolInputStreaming {
 			if t, ok := s.Tools[part.ToolCallID]; ok && t.Status == ToolStatusStreaming {
-				delete(s.Tools, part.ToolCallID)
+				s.dropTool(part.ToolCallID)
 			}
 			continue
 		}
@@ -629,7 +629,7 @@ func (s *AIState) foldStarted(p GenerationStarted) {
 	resp := a.ResponseMessageID
 	msg := s.message(resp)
 	if msg == nil {
-		s.Messages = append(s.Messages, TranscriptMessage{ID: resp, Role: RoleAssistant, Parts: []Part{}})
+		s.addMessage(TranscriptMessage{ID: resp, Role: RoleAssistant, Parts: []Part{}})
 		msg = &s.Messages[len(s.Messages)-1]
 	}
 	s.ActiveGeneration = &ActiveGeneration{
@@ -749,6 +749,9 @@ func (s *AIState) inputsPendingFor(generationID string) bool {
 // stepHasToolCalls reports whether generation made tool calls: such a step
 // needs a continuation once its results are in.
 func (s *AIState) stepHasToolCalls(generationID string) bool {
+	if x := s.index(); x != nil {
+		return x.toolGens[generationID] > 0
+	}
 	for _, t := range s.Tools {
 		if t.GenerationID == generationID {
 			return true
@@ -853,7 +856,7 @@ func (s *AIState) dropAttempt(generationID string) {
 	}
 	for _, id := range sortedKeys(s.Tools) {
 		if s.Tools[id].GenerationID == generationID {
-			delete(s.Tools, id)
+			s.dropTool(id)
 		}
 	}
 	for _, id := range sortedKeys(s.PendingApprovals) {
@@ -888,7 +891,7 @@ func (s *AIState) foldRetry(p RetryRequested) {
 		}
 		for _, id := range sortedKeys(s.Tools) {
 			if s.Tools[id].GenerationID == g.GenerationID {
-				delete(s.Tools, id)
+				s.dropTool(id)
 			}
 		}
 		for _, id := range sortedKeys(s.PendingApprovals) {
@@ -914,7 +917,7 @@ func (s *AIState) foldToolRequested(p ToolExecutionRequested) {
 	}
 	t.Version = p.Version
 	t.Status = ToolStatusRequested
-	s.Tools[p.ToolCallID] = t
+	s.putTool(p.ToolCallID, t)
 }
 
 // foldToolClaimed records that an attempt took the call: the claim is
@@ -928,7 +931,7 @@ func (s *AIState) foldToolClaimed(p ToolExecutionClaimed) {
 	t.Attempt = p.Attempt
 	t.ClaimedVersion = p.Version
 	t.Running = true
-	s.Tools[p.ToolCallID] = t
+	s.putTool(p.ToolCallID, t)
 }
 
 // foldToolPreliminary shows a running tool's streamed output; a retried
@@ -956,7 +959,7 @@ func (s *AIState) foldToolCompleted(p ToolExecutionCompleted) {
 	}
 	if t.Running {
 		t.Running = false
-		s.Tools[p.ToolCallID] = t
+		s.putTool(p.ToolCallID, t)
 	}
 	version := p.Version
 	if p.Interrupted && p.Version == t.ClaimedVersion && !toolTerminal(t.Status) {
@@ -1099,7 +1102,7 @@ func (s *AIState) cutProjection(lastSeen int) {
 	// Tool calls of this generation are rebuilt from the kept entries.
 	for _, id := range sortedKeys(s.Tools) {
 		if s.Tools[id].GenerationID == pr.GenerationID {
-			delete(s.Tools, id)
+			s.dropTool(id)
 		}
 	}
 	for _, id := range sortedKeys(s.PendingApprovals) {
@@ -1150,6 +1153,14 @@ func (s *AIState) deriveStatus() {
 // toolsOutstanding reports whether a response has tool calls without a
 // terminal outcome.
 func (s *AIState) toolsOutstanding(responseID string) bool {
+	if x := s.index(); x != nil {
+		for id := range x.open {
+			if s.Tools[id].ResponseID == responseID {
+				return true
+			}
+		}
+		return false
+	}
 	for _, t := range s.Tools {
 		if t.ResponseID == responseID && !toolTerminal(t.Status) {
 			return true

@@ -496,6 +496,9 @@ func FuzzFoldBytes(f *testing.F) {
 // the copy says what the state says of compaction's deferral and of the
 // active response.
 func (s *sim) checkSizes() error {
+	if err := checkIndex(s.state); err != nil {
+		return err
+	}
 	snap := s.state.StepCopy()
 	for _, v := range []bool{false, true} {
 		if got, want := CompactionDeferral(snap, v), CompactionDeferral(s.state, v); got != want {
@@ -508,9 +511,14 @@ func (s *sim) checkSizes() error {
 	if got, want := len(snap.Messages), len(s.state.Messages); got != want {
 		return fmt.Errorf("a step's copy holds %d messages, the state %d", got, want)
 	}
-	for _, m := range s.state.Messages {
+	for i, m := range s.state.Messages {
 		if snap.IsActiveResponse(m.ID) != s.state.IsActiveResponse(m.ID) {
 			return fmt.Errorf("a step's copy and the state disagree on whether %s is the active response", m.ID)
+		}
+		// Folds change the active response's parts in place: the copy has
+		// its own.
+		if s.state.IsActiveResponse(m.ID) && len(m.Parts) > 0 && &snap.Messages[i].Parts[0] == &m.Parts[0] {
+			return fmt.Errorf("a step's copy shares the parts of the active response %s with the state", m.ID)
 		}
 	}
 	summary, after := ModelContext(snap.Messages)
@@ -573,6 +581,42 @@ func stillSettled(before map[string][]byte, s *AIState, ev Event) error {
 		if now, _ := json.Marshal(m); !bytes.Equal(now, b) {
 			return fmt.Errorf("event %s %s changed message %s, which is not the active response:\n%s\n->\n%s", ev.Type, ev.ID, m.ID, b, now)
 		}
+	}
+	return nil
+}
+
+// The package's states keep an index from their first message or tool
+// call (stateindex.go), so that the random sessions check it.
+func init() { indexFrom = 1 }
+
+// checkIndex checks that the writer's index of s (stateIndex) says what a
+// scan of its messages and tool calls says.
+func checkIndex(s *AIState) error {
+	x := s.index()
+	if x == nil {
+		if len(s.Messages) > 0 || len(s.Tools) > 0 {
+			return fmt.Errorf("a state of %d messages and %d tool calls keeps no index", len(s.Messages), len(s.Tools))
+		}
+		return nil
+	}
+	messages := map[string]int{}
+	for i, m := range s.Messages {
+		messages[m.ID] = i
+	}
+	gens, open := map[string]int{}, map[string]struct{}{}
+	for id, t := range s.Tools {
+		gens[t.GenerationID]++
+		if !toolTerminal(t.Status) {
+			open[id] = struct{}{}
+		}
+	}
+	switch {
+	case !reflect.DeepEqual(x.messages, messages):
+		return fmt.Errorf("the index places messages at %v, the transcript at %v", x.messages, messages)
+	case !reflect.DeepEqual(x.toolGens, gens):
+		return fmt.Errorf("the index counts tool calls by generation %v, the state %v", x.toolGens, gens)
+	case !reflect.DeepEqual(x.open, open):
+		return fmt.Errorf("the index holds %v as open tool calls, the state %v", x.open, open)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"maps"
+	"slices"
 	"strings"
 )
 
@@ -104,6 +105,10 @@ type AIState struct {
 	// snapshots and recovery (R-STATE-25).
 	TerminalRequestIDs  map[string]bool   `json:"terminalRequestIds"`
 	TerminalGenerations map[string]string `json:"terminalGenerations"`
+
+	// idx is the writer's index of Messages and Tools (stateindex.go),
+	// derived and never encoded.
+	idx *stateIndex
 }
 
 // Inbox is the durable queue of pending inputs.
@@ -354,7 +359,7 @@ func (s *AIState) normalize() {
 
 // Clone returns a copy of s that shares no mutable memory with it. Raw JSON
 // values and strings are immutable once folded and are shared.
-func (s *AIState) Clone() *AIState { return s.clone(true) }
+func (s *AIState) Clone() *AIState { return s.clone(true, s) }
 
 // StepCopy is a copy of s for a model step to read while s goes on
 // folding. Its messages other than the active response share their parts
@@ -371,7 +376,7 @@ func (s *AIState) Clone() *AIState { return s.clone(true) }
 func (s *AIState) StepCopy() *AIState {
 	t := *s
 	t.Usage, t.ResponseOwners, t.TerminalRequestIDs, t.TerminalGenerations, t.Tools = nil, nil, nil, nil, nil
-	c := t.clone(false)
+	c := t.clone(false, s)
 	c.Tools = map[string]ToolActivity{}
 	for id, a := range s.Tools {
 		if toolWorkUnsettled(a) {
@@ -382,18 +387,34 @@ func (s *AIState) StepCopy() *AIState {
 }
 
 // clone copies s; allParts copies every message's parts, else only the
-// active response's.
-func (s *AIState) clone(allParts bool) *AIState {
+// active response's. of is the state s copies (itself, or the state a
+// StepCopy copies), whose index finds the active response.
+func (s *AIState) clone(allParts bool, of *AIState) *AIState {
 	c := *s
 	c.Messages = make([]TranscriptMessage, len(s.Messages))
-	for i, m := range s.Messages {
-		if allParts || s.isActiveResponse(m.ID) {
+	copy(c.Messages, s.Messages)
+	for i := range c.Messages {
+		m := &c.Messages[i]
+		if allParts {
 			m.Parts = append([]Part(nil), m.Parts...)
 		}
 		if m.Parts == nil {
 			m.Parts = []Part{}
 		}
-		c.Messages[i] = m
+	}
+	if !allParts {
+		// The active response's parts, found by its ID (s.message: the
+		// last message, mostly) rather than by comparing every message's
+		// ID with the active ones.
+		copied := [3]int{-1, -1, -1}
+		for k, id := range s.activeResponses() {
+			i := of.messagePos(id)
+			if id == "" || i < 0 || slices.Contains(copied[:k], i) {
+				continue
+			}
+			copied[k] = i
+			c.Messages[i].Parts = append(make([]Part, 0, len(s.Messages[i].Parts)), s.Messages[i].Parts...)
+		}
 	}
 	c.Inbox.Items = cloneInbox(s.Inbox.Items)
 	if s.Active != nil {
@@ -440,6 +461,10 @@ func (s *AIState) clone(allParts bool) *AIState {
 	c.ResponseOwners = cloneMap(s.ResponseOwners)
 	c.TerminalRequestIDs = cloneMap(s.TerminalRequestIDs)
 	c.TerminalGenerations = cloneMap(s.TerminalGenerations)
+	c.idx = nil
+	if x := s.index(); x != nil && allParts {
+		c.idx = x.cloneFor(&c)
+	}
 	return &c
 }
 
@@ -460,6 +485,19 @@ func (s *AIState) IsActiveResponse(id string) bool { return s.isActiveResponse(i
 
 // isActiveResponse reports whether id is the response the active turn,
 // request or projection writes.
+// activeResponses are the IDs isActiveResponse compares with ("" for
+// none).
+func (s *AIState) activeResponses() [3]string {
+	out := [3]string{s.ActiveResponseMessageID}
+	if s.Active != nil {
+		out[1] = s.Active.ResponseMessageID
+	}
+	if s.ActiveProjection != nil {
+		out[2] = s.ActiveProjection.ResponseMessageID
+	}
+	return out
+}
+
 func (s *AIState) isActiveResponse(id string) bool {
 	return id != "" && (id == s.ActiveResponseMessageID ||
 		(s.Active != nil && id == s.Active.ResponseMessageID) ||
@@ -499,12 +537,30 @@ func UnmarshalState(b []byte) (*AIState, error) {
 func (s *AIState) MessageByID(id string) *UIMessage { return s.message(id) }
 
 func (s *AIState) message(id string) *TranscriptMessage {
-	for i := len(s.Messages) - 1; i >= 0; i-- {
-		if s.Messages[i].ID == id {
-			return &s.Messages[i]
-		}
+	if i := s.messagePos(id); i >= 0 {
+		return &s.Messages[i]
 	}
 	return nil
+}
+
+// messagePos is the position of the last message with id, -1 for none.
+func (s *AIState) messagePos(id string) int {
+	if n := len(s.Messages); n > 0 && s.Messages[n-1].ID == id {
+		return n - 1 // the active response, mostly
+	}
+	if x := s.index(); x != nil {
+		if i, ok := x.messages[id]; ok && s.Messages[i].ID == id {
+			return i
+		} else if !ok {
+			return -1
+		}
+	}
+	for i := len(s.Messages) - 1; i >= 0; i-- {
+		if s.Messages[i].ID == id {
+			return i
+		}
+	}
+	return -1
 }
 
 // inboxIndex returns the queue position of a pending input, or -1.
