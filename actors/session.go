@@ -147,11 +147,12 @@ type writeDone struct {
 
 type flushTick struct{}
 
-// holdTick ends a start's hold (startHold).
+// holdTick ends a hold (startHold): a start's, or a finished step's.
 type holdTick struct{}
 
 // startHold is how long a generation's start waits to be written with its
-// lane's first chunks or end (tryFlush).
+// lane's first chunks or end, and a step's chunks after its finish chunk
+// wait for its end (tryFlush).
 const startHold = 5 * time.Millisecond
 
 // flushNow starts the next write (see flushSoon).
@@ -586,7 +587,7 @@ func (s *sessionActor) tryFlush() {
 		return
 	}
 	chunks, boundary, events := 0, false, false
-	var hold time.Time // the earliest end of a start's hold
+	var hold time.Time // the earliest end of a hold (startHold)
 	for _, l := range s.lanes {
 		// A step whose finish chunk came has its end on the way (the
 		// lane sends it once its stream returns EOF): its chunks, and its

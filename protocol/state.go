@@ -403,13 +403,16 @@ func (s *AIState) clone(allParts bool, of *AIState) *AIState {
 		}
 	}
 	if !allParts {
-		// The active response's parts, found by its ID (s.message: the
-		// last message, mostly) rather than by comparing every message's
-		// ID with the active ones.
+		// The active response's parts, found by position (messagePos:
+		// the last message, mostly, else of's index) rather than by
+		// comparing every message's ID with the active ones.
 		copied := [3]int{-1, -1, -1}
 		for k, id := range s.activeResponses() {
+			if id == "" {
+				continue
+			}
 			i := of.messagePos(id)
-			if id == "" || i < 0 || slices.Contains(copied[:k], i) {
+			if i < 0 || slices.Contains(copied[:k], i) {
 				continue
 			}
 			copied[k] = i
@@ -483,10 +486,8 @@ func (s *AIState) Idle() bool {
 // messages may rely on.
 func (s *AIState) IsActiveResponse(id string) bool { return s.isActiveResponse(id) }
 
-// isActiveResponse reports whether id is the response the active turn,
-// request or projection writes.
-// activeResponses are the IDs isActiveResponse compares with ("" for
-// none).
+// activeResponses are the responses the active request, turn and
+// projection write ("" where there is none).
 func (s *AIState) activeResponses() [3]string {
 	out := [3]string{s.ActiveResponseMessageID}
 	if s.Active != nil {
@@ -498,10 +499,13 @@ func (s *AIState) activeResponses() [3]string {
 	return out
 }
 
+// isActiveResponse reports whether id is one of activeResponses.
 func (s *AIState) isActiveResponse(id string) bool {
-	return id != "" && (id == s.ActiveResponseMessageID ||
-		(s.Active != nil && id == s.Active.ResponseMessageID) ||
-		(s.ActiveProjection != nil && id == s.ActiveProjection.ResponseMessageID))
+	if id == "" {
+		return false
+	}
+	r := s.activeResponses()
+	return slices.Contains(r[:], id)
 }
 
 func cloneInbox(items []InboxItem) []InboxItem {

@@ -15,7 +15,8 @@ import "maps"
 // appended. An index belongs to the AIState that built it (owner): a copy
 // of the struct, which shares or replaces the maps, does not use it, and
 // reads scan as before, so a read never writes and states read from other
-// goroutines stay read-only.
+// goroutines stay read-only. Clone copies its source's index for the
+// clone; StepCopy keeps none.
 type stateIndex struct {
 	owner *AIState
 	// messages maps a message ID to its last position in Messages; it
