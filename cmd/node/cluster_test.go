@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -92,6 +93,23 @@ func startClusterProc(t *testing.T, name, httpAddr string, args ...string) *clus
 // startClusterProcEnv is startClusterProc with more environment variables.
 func startClusterProcEnv(t *testing.T, name, httpAddr string, env []string, args ...string) *clusterProc {
 	t.Helper()
+	p, err := launchClusterProc(t, name, httpAddr, env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// errPortTaken is a node's exit because a port picked for it was taken
+// before it bound it (another test's process, between freePort and the
+// bind).
+var errPortTaken = errors.New("a port picked for it was taken")
+
+// launchClusterProc starts a node process and waits until it serves; an
+// exit before that is an error with its log, errPortTaken when it could
+// not bind a port.
+func launchClusterProc(t *testing.T, name, httpAddr string, env []string, args ...string) (*clusterProc, error) {
+	t.Helper()
 	if httpAddr == "" {
 		httpAddr = freePort(t)
 	}
@@ -125,17 +143,20 @@ func startClusterProcEnv(t *testing.T, name, httpAddr string, env []string, args
 		if resp, err := http.Get(p.url + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return p
+				return p, nil
 			}
 		}
 		select {
 		case <-p.exited:
 			b, _ := os.ReadFile(p.log)
-			t.Fatalf("%s exited before serving:\n%s", name, b)
+			if strings.Contains(string(b), "address already in use") {
+				return nil, fmt.Errorf("%s exited before serving, %w:\n%s", name, errPortTaken, b)
+			}
+			return nil, fmt.Errorf("%s exited before serving:\n%s", name, b)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not serve within 30 s", name)
+			return nil, fmt.Errorf("%s did not serve within 30 s", name)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -408,19 +429,31 @@ func TestClusterOfProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	member := func(name string, join ...*clusterProc) *clusterProc {
-		args := []string{"--role", "member", "--cluster", "test", "--bind", "127.0.0.1:" + strconv.Itoa(freePortPair(t)),
-			"--store", store, "--script", scriptFile}
-		if name == "m5" || name == "m6" {
-			args = append(args, "--lease-ttl", "1s")
-		}
 		var addrs []string
 		for _, j := range join {
 			addrs = append(addrs, j.gossip)
 		}
-		if len(addrs) > 0 {
-			args = append(args, "--join", strings.Join(addrs, ","))
+		// Ports are picked free, then bound by the process: another
+		// test's process can take one in between. Then the member starts
+		// again on others, up to three times.
+		for attempt := 1; ; attempt++ {
+			args := []string{"--role", "member", "--cluster", "test", "--bind", "127.0.0.1:" + strconv.Itoa(freePortPair(t)),
+				"--store", store, "--script", scriptFile}
+			if name == "m5" || name == "m6" {
+				args = append(args, "--lease-ttl", "1s")
+			}
+			if len(addrs) > 0 {
+				args = append(args, "--join", strings.Join(addrs, ","))
+			}
+			p, err := launchClusterProc(t, name, "", nil, args...)
+			if err == nil {
+				return p
+			}
+			if !errors.Is(err, errPortTaken) || attempt == 3 {
+				t.Fatal(err)
+			}
+			t.Logf("%s: starting again on other ports: %v", name, err)
 		}
-		return startClusterProc(t, name, "", args...)
 	}
 	m1 := member("m1")
 	m2 := member("m2", m1)
