@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
@@ -54,6 +56,15 @@ func TestStartupScanReadsOnlyTheSessionsWithWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The runtimes' warnings (a session the scan could not reach, say)
+	// are printed if the test fails: they say why a scan did not mark
+	// the index complete.
+	var logs testutil.SyncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the runtimes' warnings:\n%s", logs.String())
+		}
+	})
 	start := func(incomplete bool, place ...func(string) error) (*Runtime, *loadCounter, *script.Model) {
 		st, err := pebblestore.Open("data", pebblestore.Options{FS: fs, Logger: quietPebble{}})
 		if err != nil {
@@ -61,7 +72,7 @@ func TestStartupScanReadsOnlyTheSessionsWithWork(t *testing.T) {
 		}
 		c := &loadCounter{Store: st, incomplete: incomplete}
 		a, model := scriptAgent(t, sc)
-		var o Options
+		o := Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 		if len(place) > 0 {
 			o.Place = place[0]
 		}
