@@ -55,8 +55,9 @@ type Options struct {
 	// as that takes; it must not call back into the runtime. Nil places
 	// every session here (a single node).
 	Place func(session string) error
-	// Lease turns on session leases (lease.go) with a store that keeps
-	// them: a cluster member's runtime names itself with its member ID.
+	// Lease turns on the member's lease and the sessions' ownership epochs
+	// (lease.go) with a store that keeps them: a cluster member's runtime
+	// names itself with its member ID.
 	Lease LeaseOptions
 	// Meter, when set, receives protoactor's own actor metrics (mailbox,
 	// spawns, message latency); nil leaves them off. A2's metrics go to
@@ -127,6 +128,9 @@ type Runtime struct {
 	// when it has returned.
 	stopRecovery context.CancelFunc
 	recovered    chan struct{}
+
+	// member is the member's lease (lease.go; nil when leases are off).
+	member *memberLease
 }
 
 // New starts a runtime.
@@ -140,12 +144,21 @@ func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, erro
 		}
 		r.agents[a.Name()] = a
 	}
+	// The member's lease, renewed once before the runtime serves.
+	member, err := newMemberLease(r, agents)
+	if err != nil {
+		return nil, err
+	}
+	r.member = member
 	logger := opts.Logger
 	sysOpts := []actor.ConfigOption{actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger })}
 	if r.opts.Meter != nil {
 		sysOpts = append(sysOpts, actor.WithMetricProviders(r.opts.Meter))
 	}
 	r.system = actor.NewActorSystem(sysOpts...)
+	if r.member != nil {
+		go r.member.loop()
+	}
 	r.recovered = make(chan struct{})
 	if opts.SkipRecovery {
 		close(r.recovered)
@@ -221,6 +234,9 @@ func (r *Runtime) spawn(agent *Agent, session string) (p *actor.PID, spawned boo
 	if p, ok := r.sessions[k]; ok {
 		return p, false, nil
 	}
+	if err := r.member.serving(); err != nil {
+		return nil, false, err // the member's lease lapsed, or it stepped down
+	}
 	if r.opts.Place != nil {
 		// Outside the lock: placing may wait on other members.
 		r.mu.Unlock()
@@ -234,6 +250,9 @@ func (r *Runtime) spawn(agent *Agent, session string) (p *actor.PID, spawned boo
 		}
 		if p, ok := r.sessions[k]; ok {
 			return p, false, nil // activated meanwhile
+		}
+		if err := r.member.serving(); err != nil {
+			return nil, false, err
 		}
 	}
 	s := &sessionActor{rt: r, agent: agent, id: session, store: r.storeOf(agent)}
@@ -668,8 +687,9 @@ func (r *Runtime) requestInput(ctx context.Context, agent, session string, req p
 	return nil, ctx.Err()
 }
 
-// Close stops every session (writes in flight finish first) and the actor
-// system. It does not close the store.
+// Close stops every session (writes in flight finish first), releases the
+// member's lease (lease.go), and stops the actor system. It does not close
+// the store.
 func (r *Runtime) Close() {
 	r.mu.Lock()
 	if r.closed {
@@ -695,6 +715,11 @@ func (r *Runtime) Close() {
 		<-r.doneOf(p)
 	}
 	r.wg.Wait()
+	if r.member != nil {
+		// The sessions have released their ownership: the member's lease
+		// goes too (best effort).
+		r.member.close()
+	}
 	r.system.Shutdown()
 	r.dispatcher.close()
 }

@@ -66,14 +66,13 @@ type sessionActor struct {
 	// releasing: the session stops once its write in flight is durable
 	// (releaseSession); it admits nothing more meanwhile.
 	releasing bool
-	// lease is the session's lease (lease.go), valid until leaseValid by
-	// this process's clock; stopCause is what the actor's stop cancels its
-	// work with (errSessionStopped unless the lease was lost).
-	lease      persistence.Lease
-	leaseValid time.Time
-	stopCause  error
-	// heldUntil is when another owner's lease that refused the activation
-	// expires.
+	// lease is the session's ownership (lease.go): its epoch fences the
+	// appends. stopCause is what the actor's stop cancels its work with
+	// (errSessionStopped unless the lease was lost).
+	lease     persistence.Lease
+	stopCause error
+	// heldUntil is when the lease of the member that owns the session,
+	// which refused the activation, ends.
 	heldUntil time.Time
 	// lostLease is set, before the stop, when the lease was lost: the
 	// children read it from their own goroutines (childStopCause).
@@ -184,16 +183,16 @@ func (s *sessionActor) Receive(c actor.Context) {
 		err := s.activate()
 		telemetry.Metrics().Activation.Record(context.Background(), time.Since(began).Seconds())
 		if err != nil {
-			if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrLeaseHeld) {
+			if errors.Is(err, ErrSessionOwned) || errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrNotServing) {
 				s.broken = err
 			} else {
 				s.rt.opts.Logger.Error("session activation failed", "session", s.id, "err", err)
 				s.broken = fmt.Errorf("%w: session %q cannot be read: %v", ErrUnavailable, s.id, err)
 			}
 			// A broken actor answers with its error for a second (or, when
-			// another owner's lease refused it, until that lease expires),
-			// then stops, however many requests keep arriving, so that the
-			// next request activates the session again.
+			// another member owns the session, until that member's lease
+			// ends), then stops, however many requests keep arriving, so
+			// that the next request activates the session again.
 			wait := time.Second
 			if !s.heldUntil.IsZero() {
 				wait = time.Until(s.heldUntil)
@@ -203,13 +202,10 @@ func (s *sessionActor) Receive(c actor.Context) {
 			return
 		}
 		c.SetReceiveTimeout(s.rt.opts.PassivateAfter)
-		s.scheduleRenewal()
 		s.reconcile()
 		s.flushSoon()
-	case *renewLease:
-		s.onRenewLease()
-	case *leaseRenewed:
-		s.onLeaseRenewed(m)
+	case *memberLeaseLost:
+		s.loseLease(m.why)
 	case *sessionpb.PushRequest:
 		if s.broken != nil {
 			c.Respond(&sessionpb.PushResponse{Error: toPBError(s.broken)})

@@ -117,10 +117,11 @@ type Config struct {
 	// GrainIdle passivates a session's grain idle this long whose session
 	// has no active actor (default 2 minutes).
 	GrainIdle time.Duration
-	// LeaseTTL is how long a member's session lease lasts from its last
-	// renewal (default 2 s; renewed every quarter of it): the longest a
-	// dead member keeps a session from the survivors, against one synced
-	// write per active session per renewal (docs/cluster.md, "Leases").
+	// LeaseTTL is how long the member's lease lasts from its last renewal
+	// (default 1 s; renewed every quarter of it, one synced write per
+	// member whatever its number of sessions): the longest a dead member
+	// keeps its sessions from the survivors, and how long a member that
+	// cannot renew keeps serving (docs/cluster.md, "Leases").
 	LeaseTTL time.Duration
 	// Logger receives the node's logs (default: discard).
 	Logger *slog.Logger
@@ -143,7 +144,7 @@ func (c Config) withDefaults() Config {
 		c.GrainIdle = 2 * time.Minute
 	}
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 2 * time.Second
+		c.LeaseTTL = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -247,8 +248,8 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// LeaseOptions are the session leases a member's runtime takes: owned by
-// the member's ID, for Config.LeaseTTL.
+// LeaseOptions are the member's lease and sessions' ownership its runtime
+// takes: in the member's ID, for Config.LeaseTTL.
 func (n *Node) LeaseOptions() actors.LeaseOptions {
 	return actors.LeaseOptions{Owner: n.system.ID, TTL: n.cfg.LeaseTTL}
 }

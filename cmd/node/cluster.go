@@ -34,11 +34,11 @@ func (c *clusterFlags) register(fs *flag.FlagSet, env func(name, def string) str
 	fs.StringVar(&c.bind, "bind", env("A2_BIND", "127.0.0.1:7946"), "gossip address host:port of a cluster node; the actor remote listens on the next port (A2_BIND)")
 	fs.StringVar(&c.advertise, "advertise", env("A2_ADVERTISE", ""), "gossip address other nodes reach this one at; default --bind (A2_ADVERTISE)")
 	fs.StringVar(&c.join, "join", env("A2_JOIN", ""), "comma-separated gossip addresses of nodes already in the cluster; empty starts a new cluster (A2_JOIN)")
-	ttl, err := time.ParseDuration(env("A2_LEASE_TTL", "2s"))
+	ttl, err := time.ParseDuration(env("A2_LEASE_TTL", "1s"))
 	if err != nil {
 		ttl = -1 // check refuses it
 	}
-	fs.DurationVar(&c.leaseTTL, "lease-ttl", ttl, "how long a member's session lease lasts from its last renewal: the longest a dead member keeps its sessions from the survivors (A2_LEASE_TTL)")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", ttl, "how long a member's lease lasts from its last renewal (renewed every quarter of it): the longest a dead member keeps its sessions from the survivors, and how long a member that cannot reach the store keeps serving (A2_LEASE_TTL)")
 	allow := env("A2_ALLOW_LOCAL_STORE", "") == "1" || strings.EqualFold(env("A2_ALLOW_LOCAL_STORE", ""), "true")
 	fs.BoolVar(&c.allowLocal, "allow-local-store", allow, "let a member run on the embedded Pebble store in --data: a member that is lost takes its sessions with it until it returns (A2_ALLOW_LOCAL_STORE)")
 }

@@ -11,8 +11,9 @@ import (
 //
 //	'e' frame(session) be64(index)                 -> Event record (the log)
 //	'i' eventID                                    -> EventRef (global ID index)
-//	'l' session                                    -> lease (epoch, expiry, owner)
+//	'l' session                                    -> ownership (epoch, owner)
 //	'm' session                                    -> SessionMeta (last index)
+//	'n' member                                     -> member lease (end, Unix ms)
 //	's' frame(session) frame(reducer) be64(index)  -> Snapshot record
 //	'v'                                            -> format version (uvarint)
 //	'w' session                                    -> (empty) the session may have work
@@ -28,6 +29,7 @@ const (
 	tagID       = 'i'
 	tagLease    = 'l'
 	tagMeta     = 'm'
+	tagMember   = 'n'
 	tagSnapshot = 's'
 	tagFormat   = 'v'
 	tagWork     = 'w'
@@ -44,10 +46,16 @@ var formatKey = []byte{tagFormat}
 // with the format version of a new store, or by MarkWorkIndexComplete.
 var workCompleteKey = []byte{tagWorkDone}
 
-// leaseKey is the key of session's lease.
+// leaseKey is the key of session's ownership (its epoch and owner).
 func leaseKey(session string) []byte {
 	k := make([]byte, 0, 1+len(session))
 	return append(append(k, tagLease), session...)
+}
+
+// memberKey is the key of member's lease.
+func memberKey(member string) []byte {
+	k := make([]byte, 0, 1+len(member))
+	return append(append(k, tagMember), member...)
 }
 
 // workKey is the key of session's entry in the index of sessions with work
@@ -154,7 +162,9 @@ func describeKey(key []byte) string {
 	case tagWork:
 		return fmt.Sprintf("work key %q (session %q)", key, key[1:])
 	case tagLease:
-		return fmt.Sprintf("lease key %q (session %q)", key, key[1:])
+		return fmt.Sprintf("ownership key %q (session %q)", key, key[1:])
+	case tagMember:
+		return fmt.Sprintf("member lease key %q (member %q)", key, key[1:])
 	case tagWorkDone:
 		return fmt.Sprintf("work-index-complete key %q", key)
 	}

@@ -106,9 +106,11 @@ func TestServerRestartDuringAppends(t *testing.T) {
 		t.Skip("set A2_TEST_POSTGRES_CTL to a shell command that restarts the server of A2_TEST_POSTGRES_URL (e.g. 'pg_ctl -D DIR -m fast -w restart'); .ci/run sets it")
 	}
 	schema := newSchema(t, url)
-	s := openStore(t, url, schema, Options{MaxConns: 8, PollInterval: 100 * time.Millisecond})
+	// One committer: the workers' appends share groups, so the restart
+	// cuts groups of several sessions off in the middle.
+	s := openStore(t, url, schema, Options{MaxConns: 8, PollInterval: 100 * time.Millisecond, Committers: 1})
 
-	const workers = 6
+	const workers = 16
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	stop := make(chan struct{})
@@ -170,6 +172,9 @@ func TestServerRestartDuringAppends(t *testing.T) {
 		t.Fatal("no append failed: the restart did not cut any caller off, so the test proved nothing")
 	}
 	t.Logf("%d appends failed during the restart and were resubmitted", failures.Load())
+	if st, b := s.commit.statements.Load(), s.commit.batches.Load(); st >= b {
+		t.Fatalf("%d appends took %d statements: the appends never shared a commit, so no group was cut off", b, st)
+	}
 
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

@@ -13,26 +13,36 @@
 //
 // # Append
 //
-// One READ COMMITTED transaction per Append: an upsert of the session's row
-// locks it and returns its last index (concurrent appends to one session
-// queue on that row lock); the batch's IDs are looked up (duplicates are
-// classified with persistence.Resubmission before the index check, exactly
-// like the Pebble store); the expected index is compared; the events are
-// inserted, the session row advanced and a NOTIFY sent, then the transaction
-// commits. The unique constraint on events.id makes an ID unique across
-// sessions: when two transactions insert the same new ID, the later fails
-// with a unique violation, is rolled back and retried, and then finds the
-// stored event. PostgreSQL makes the commit durable (with the default
-// synchronous_commit=on) before Append returns, and shows readers only
-// committed rows, so no reader sees part of a batch.
+// Appends commit in groups (group.go): the appends of many sessions that
+// arrive while a group is in flight are written by the next one, one
+// statement (the function a2_append, migration 4), so one round trip, one
+// transaction and one WAL flush for all of them. Per batch, the function
+// locks the session's row (concurrent appends to one session queue on that
+// row lock), compares the expected index and the ownership epoch, and
+// inserts the events with ON CONFLICT (id) DO NOTHING: a batch one of whose
+// IDs is stored writes nothing, and its IDs are then looked up and
+// classified with persistence.Resubmission, exactly like the Pebble store
+// (a resubmission replays whatever the index). Each batch gets its own
+// answer; a neighbour's conflict never fails it. PostgreSQL makes the
+// commit durable (with the default synchronous_commit=on) before an append
+// is answered, and shows readers only committed rows, so no reader sees
+// part of a batch.
 //
-// # Wait
+// # Wait and Follow
 //
-// Every append transaction notifies the channel "a2_events" with the
-// session's new last index and hex-encoded ID. A listener connection wakes the waiters
-// of that session, who re-read the last index; a waiter also re-reads it
-// every PollInterval, so a notification lost with a dropped listener
-// connection delays a wake-up but never loses it.
+// The store that wrote a batch hands it to its own followers and wakes its
+// own waiters at once, without reading it back (follow.go). A session has
+// one writer process at a time (a cluster's members fence each other by
+// the ownership epoch), so that is every wake-up A2 needs. A waiter also
+// re-reads every PollInterval, so a Wait on a session another process
+// writes returns within that; with Options.Notify, every append also
+// notifies the channel "a2_events" with the session's new last index, its
+// hex-encoded ID and the tag of the store that wrote it, and a listener
+// connection wakes the waiters and followers of a session another process
+// appended to at once. Notifications are off by default: PostgreSQL wakes
+// every listening connection of the database at every commit that
+// notifies (a transaction each, 1.1 per turn in the single node's load),
+// so their cost grows with the members times the appends of the cluster.
 //
 // # Failure
 //
@@ -48,7 +58,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -71,7 +80,7 @@ import (
 var migrationFiles embed.FS
 
 // notifyChannel is the LISTEN/NOTIFY channel of appends. Its payload is
-// "<last index> <hex of the session ID>".
+// "<last index> <hex of the session ID> <tag of the writing store>".
 const notifyChannel = "a2_events"
 
 // maxNotifyPayload keeps NOTIFY payloads under PostgreSQL's 8000-byte
@@ -82,9 +91,8 @@ const maxNotifyPayload = 7900
 // starting together (pg_advisory_xact_lock).
 const migrationLockKey int64 = 0x4132_6d69_6772_6174 // "A2migrat"
 
-// maxAppendAttempts bounds the retries of an Append whose transaction lost a
-// race on an event ID (unique violation), a deadlock or a serialization
-// failure.
+// maxAppendAttempts bounds the attempts of a group that failed on a
+// deadlock or a serialization failure.
 const maxAppendAttempts = 5
 
 // Options configure Open. The zero value is the production default.
@@ -107,12 +115,23 @@ type Options struct {
 	// PollInterval is how often a blocked Wait re-reads the last index even
 	// without a notification; 0 means 500ms.
 	PollInterval time.Duration
+	// Notify turns on notifications of appends (LISTEN/NOTIFY, see the
+	// package comment): Waits and live tails of a session that another
+	// process appends to wake at once instead of at the next poll (a
+	// tail, at its next read). Off by default.
+	Notify bool
+	// Committers is how many group commits may be in flight at once
+	// (group.go); 0 means 2. Appends that arrive while every committer is
+	// busy share the next group's transaction.
+	Committers int
 	// Now is the clock that stamps appended events; nil means time.Now.
 	Now func() time.Time
-	// BeforeCommit is a test hook: if set, Append calls it inside its
-	// transaction, after the rows are written and before COMMIT, with the
-	// backend process ID of the transaction's connection. An error aborts
-	// the append (nothing is written).
+	// BeforeCommit is a test hook: if set, every group runs in a
+	// transaction of its own (BEGIN, a2_append, COMMIT, instead of the one
+	// statement) and the hook is called, once per append of the group,
+	// after the rows are written and before COMMIT, with the backend
+	// process ID of the transaction's connection. An error aborts the group
+	// (nothing is written).
 	BeforeCommit func(ctx context.Context, session string, backendPID uint32) error
 }
 
@@ -141,6 +160,17 @@ type Store struct {
 
 	waitMu  sync.Mutex
 	waiters map[string]chan struct{} // closed and removed on a notification
+
+	// tag names this store in its notifications, so that its listener
+	// skips its own appends (their followers and waiters were told at
+	// once); empty when notifications are off (Options.Notify).
+	tag string
+	// commit queues appends for group commit (group.go).
+	commit committer
+	// lookups queues Lookups that share one query (lookup.go).
+	lookups lookupBatcher
+	// follow holds the live tails (follow.go).
+	follow *persistence.Fanout
 }
 
 var _ persistence.Store = (*Store)(nil)
@@ -149,8 +179,8 @@ var _ persistence.Store = (*Store)(nil)
 // keyword/value string), applies the embedded migrations that are not yet
 // applied, and starts the listener of append notifications.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
-	if opts.SnapshotRetention < 0 || opts.MaxConns < 0 || opts.StatementTimeout < 0 || opts.PollInterval < 0 {
-		return nil, fmt.Errorf("%w: negative SnapshotRetention, MaxConns, StatementTimeout or PollInterval", persistence.ErrInvalid)
+	if opts.SnapshotRetention < 0 || opts.MaxConns < 0 || opts.StatementTimeout < 0 || opts.PollInterval < 0 || opts.Committers < 0 {
+		return nil, fmt.Errorf("%w: negative SnapshotRetention, MaxConns, StatementTimeout, PollInterval or Committers", persistence.ErrInvalid)
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -178,6 +208,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		listener:  make(chan struct{}),
 		waiters:   map[string]chan struct{}{},
 	}
+	if opts.Notify {
+		s.tag = newTag()
+	}
+	s.commit.max = cmpOr(opts.Committers, defaultCommitters)
+	s.follow = persistence.NewFanout(s.Read, s.stopped, func() error { return persistence.ErrClosed })
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -191,7 +226,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		s.pool.Close()
 		return nil, err
 	}
-	go s.listen(cfg.ConnConfig.Copy())
+	if opts.Notify {
+		go s.listen(cfg.ConnConfig.Copy())
+	} else {
+		close(s.listener)
+	}
 	return s, nil
 }
 
@@ -270,166 +309,32 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	return nil
 }
 
-// Append implements persistence.Store (see the package comment for the
-// transaction).
+// Append implements persistence.Store: the batch joins the next group
+// commit (group.go) and Append waits for it.
 func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	return s.appendWork(ctx, session, expected, events, persistence.AppendOptions{})
+	return s.appendWait(ctx, session, expected, events, persistence.AppendOptions{})
 }
 
-// appendWork is Append that, with a non-nil work, sets or clears the
-// session's work mark in the same transaction.
-func (s *Store) appendWork(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
-	batch, err := persistence.PrepareBatch(session, events)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.enter(); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	for attempt := 1; ; attempt++ {
-		out, err := s.appendOnce(ctx, session, expected, batch, opts)
-		if err == nil || attempt == maxAppendAttempts || !retryable(err) || ctx.Err() != nil {
-			return out, err
-		}
-	}
-}
-
-// retryable reports whether an append failed on a race that a new
-// transaction resolves: a unique violation on the event ID (the other
-// transaction's event is now stored), a deadlock between two batches
-// inserting the same IDs in different orders, or a serialization failure.
+// retryable reports whether a group failed on a race that a new
+// statement resolves: a deadlock between two groups or a serialization
+// failure (CockroachDB's restart). Unique violations on event IDs do not
+// happen: a2_append inserts with ON CONFLICT DO NOTHING and answers the
+// batch as one with stored IDs.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || errors.Is(err, persistence.ErrFailed) {
 		return false
 	}
 	switch pgErr.Code {
-	case "23505", "40P01", "40001":
+	case "40P01", "40001":
 		return true
 	}
 	return false
 }
 
-// appendOnce runs one append transaction.
-func (s *Store) appendOnce(ctx context.Context, session string, expected uint64, batch []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("persistence/postgres: append to session %q: begin (nothing written): %w", session, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-
-	// Lock the session's row (creating it at 0 if new; rolled back unless
-	// the append commits) and read its last index.
-	var last int64
-	err = tx.QueryRow(ctx, `INSERT INTO sessions (session, last_idx) VALUES ($1, 0)
-		ON CONFLICT (session) DO UPDATE SET last_idx = sessions.last_idx
-		RETURNING last_idx`, []byte(session)).Scan(&last)
-	if err != nil {
-		return nil, fmt.Errorf("persistence/postgres: append to session %q: lock the session (nothing written): %w", session, err)
-	}
-
-	// Duplicates first (OQ-36).
-	ids := make([][]byte, len(batch))
-	for i := range batch {
-		ids[i] = []byte(batch[i].ID)
-	}
-	found, err := queryEvents(ctx, tx, "WHERE id = ANY($1)", ids)
-	if err != nil {
-		return nil, fmt.Errorf("persistence/postgres: append to session %q: look up event IDs (nothing written): %w", session, err)
-	}
-	if len(found) > 0 {
-		byID := make(map[string]*protocol.Event, len(found))
-		for i := range found {
-			byID[found[i].ID] = &found[i]
-		}
-		stored := make([]*protocol.Event, len(batch))
-		for i := range batch {
-			stored[i] = byID[batch[i].ID]
-		}
-		return persistence.Resubmission(batch, stored)
-	}
-	if opts.Epoch != 0 {
-		// FOR SHARE: an acquisition of the next epoch waits for this
-		// transaction, and this one for an acquisition under way.
-		var epoch int64
-		var owner string
-		err := tx.QueryRow(ctx, "SELECT epoch, owner FROM leases WHERE session = $1 FOR SHARE", []byte(session)).Scan(&epoch, &owner)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("persistence/postgres: append to session %q: read its lease (nothing written): %w", session, err)
-		}
-		if uint64(epoch) != opts.Epoch {
-			return nil, fmt.Errorf("%w: session %q is at lease epoch %d (owner %q), the append's is %d", persistence.ErrLeaseLost, session, epoch, owner, opts.Epoch)
-		}
-	}
-	if uint64(last) != expected {
-		return nil, fmt.Errorf("%w: session %q is at index %d, append expected %d", persistence.ErrIndexConflict, session, last, expected)
-	}
-
-	now := s.now().UnixMilli()
-	n := len(batch)
-	idxs, types, causes, times := make([]int64, n), make([][]byte, n), make([][]byte, n), make([]int64, n)
-	payloads := make([][]byte, n)
-	for i := range batch {
-		e := &batch[i]
-		e.Index, e.Time = uint64(last)+1+uint64(i), now
-		idxs[i], types[i], causes[i], times[i] = int64(e.Index), []byte(e.Type), []byte(e.Cause), now
-		payloads[i] = []byte(e.Payload)
-		if payloads[i] == nil {
-			payloads[i] = []byte{}
-		}
-	}
-	newLast := last + int64(n)
-	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO events (session, idx, id, type, cause, time_ms, payload)
-		SELECT $1, u.idx, u.id, u.type, u.cause, u.time_ms, u.payload
-		FROM unnest($2::bigint[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bigint[], $7::bytea[])
-			AS u(idx, id, type, cause, time_ms, payload)`,
-		[]byte(session), idxs, ids, types, causes, times, payloads)
-	if opts.Work != nil {
-		b.Queue("UPDATE sessions SET last_idx = $2, has_work = $3 WHERE session = $1", []byte(session), newLast, *opts.Work)
-	} else {
-		b.Queue("UPDATE sessions SET last_idx = $2 WHERE session = $1", []byte(session), newLast)
-	}
-	if payload := strconv.FormatInt(newLast, 10) + " " + hex.EncodeToString([]byte(session)); len(payload) <= maxNotifyPayload {
-		b.Queue("SELECT pg_notify($1, $2)", notifyChannel, payload)
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("persistence/postgres: append to session %q at indexes %d..%d (nothing written): %w", session, last+1, newLast, err)
-	}
-	if s.hook != nil {
-		if err := s.hook(ctx, session, tx.Conn().PgConn().PID()); err != nil {
-			return nil, fmt.Errorf("persistence/postgres: append to session %q: BeforeCommit hook (nothing written): %w", session, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Severity == "ERROR" {
-			// The server answered the COMMIT with an ordinary error (a
-			// deferred constraint, a serialization failure): rolled back.
-			// A FATAL (the backend terminated) leaves the outcome unknown.
-			return nil, fmt.Errorf("persistence/postgres: append to session %q at indexes %d..%d: commit refused (nothing written): %w", session, last+1, newLast, err)
-		}
-		return nil, fmt.Errorf("%w: append to session %q at indexes %d..%d: commit: outcome unknown, resubmit the same batch: %w",
-			persistence.ErrFailed, session, last+1, newLast, err)
-	}
-	return batch, nil
-}
-
-// querier is a pool or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// queryEvents selects events with the given WHERE/ORDER/LIMIT clause.
-func queryEvents(ctx context.Context, q querier, clause string, args ...any) ([]protocol.Event, error) {
-	rows, err := q.Query(ctx, "SELECT session, idx, id, type, cause, time_ms, payload FROM events "+clause, args...)
-	if err != nil {
-		return nil, err
-	}
+// scanEvents reads rows of (session, idx, id, type, cause, time_ms,
+// payload) and closes them.
+func scanEvents(rows pgx.Rows) ([]protocol.Event, error) {
 	defer rows.Close()
 	var out []protocol.Event
 	for rows.Next() {
@@ -461,6 +366,12 @@ func (s *Store) Lookup(ctx context.Context, ids []string) ([]protocol.Event, err
 		return nil, err
 	}
 	defer s.leave()
+	return s.lookup(ctx, ids)
+}
+
+// lookup is Lookup without its checks (an append's resubmission calls it
+// while it holds the store).
+func (s *Store) lookup(ctx context.Context, ids []string) ([]protocol.Event, error) {
 	want := make([][]byte, 0, len(ids))
 	for _, id := range ids {
 		if id != "" {
@@ -470,7 +381,7 @@ func (s *Store) Lookup(ctx context.Context, ids []string) ([]protocol.Event, err
 	if len(want) == 0 {
 		return nil, nil
 	}
-	found, err := queryEvents(ctx, s.pool, "WHERE id = ANY($1)", want)
+	found, err := s.lookups.do(ctx, s, want)
 	if err != nil {
 		return nil, fmt.Errorf("persistence/postgres: look up %d event IDs: %w", len(want), err)
 	}
@@ -500,7 +411,11 @@ func (s *Store) Read(ctx context.Context, session string, after uint64, limit in
 	if limit == 0 || after >= math.MaxInt64 {
 		return nil, nil
 	}
-	out, err := queryEvents(ctx, s.pool, "WHERE session = $1 AND idx > $2 ORDER BY idx LIMIT $3", []byte(session), int64(after), int64(limit))
+	var out []protocol.Event
+	rows, err := s.pool.Query(ctx, "SELECT session, idx, id, type, cause, time_ms, payload FROM a2_read($1, $2, $3)", []byte(session), int64(after), int64(limit))
+	if err == nil {
+		out, err = scanEvents(rows)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("persistence/postgres: read session %q after index %d: %w", session, after, err)
 	}
@@ -630,16 +545,17 @@ func (s *Store) listen(cfg *pgx.ConnConfig) {
 		if err == nil {
 			if _, err = conn.Exec(ctx, "LISTEN "+notifyChannel); err == nil {
 				pause = 50 * time.Millisecond
-				s.wake("", true) // notifications may have been missed while disconnected
+				// Notifications may have been missed while disconnected.
+				s.wake("", true)
+				s.follow.LaggedAll()
 				for {
 					n, err := conn.WaitForNotification(ctx)
 					if err != nil {
 						break
 					}
-					if _, hexSession, ok := strings.Cut(n.Payload, " "); ok {
-						if session, err := hex.DecodeString(hexSession); err == nil {
-							s.wake(string(session), false)
-						}
+					if session, ok := s.notified(n.Payload); ok {
+						s.wake(session, false)
+						s.follow.Lagged(session)
 					}
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"sync"
@@ -71,13 +72,20 @@ func openStore(t testing.TB, url, schema string, opts Options) *Store {
 }
 
 // TestConformance runs the Store conformance suite, each case on a fresh
-// schema; Reopen opens a new Store on the same schema.
+// schema; Reopen opens a new Store on the same schema. It runs with
+// notifications off (the default) and on.
 func TestConformance(t *testing.T) {
+	for _, notify := range []bool{false, true} {
+		t.Run(fmt.Sprintf("notify=%v", notify), func(t *testing.T) { conformance(t, notify) })
+	}
+}
+
+func conformance(t *testing.T, notify bool) {
 	url := testURL(t)
 	var mu sync.Mutex
 	schemas := map[persistence.Store]string{}
 	open := func(t *testing.T, schema string) persistence.Store {
-		s := openStore(t, url, schema, Options{PollInterval: 100 * time.Millisecond})
+		s := openStore(t, url, schema, Options{PollInterval: 100 * time.Millisecond, Notify: notify})
 		mu.Lock()
 		schemas[s] = schema
 		mu.Unlock()

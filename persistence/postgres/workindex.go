@@ -21,13 +21,7 @@ const workIndexComplete = "work-index-complete"
 
 // AppendWith implements persistence.OptionsAppender.
 func (s *Store) AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
-	return s.appendWork(ctx, session, expected, events, opts)
-}
-
-// AppendWithAsync implements persistence.OptionsAppender: AppendWith on a
-// goroutine of its own.
-func (s *Store) AppendWithAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
-	go func() { done(s.AppendWith(ctx, session, expected, events, opts)) }()
+	return s.appendWait(ctx, session, expected, events, opts)
 }
 
 // MarkWork implements persistence.WorkIndexer: one statement that updates
