@@ -49,7 +49,7 @@ type clusterProc struct {
 
 // freePortPair returns a loopback port p such that p (TCP and UDP) and p+1
 // (TCP) are free right now: a node's gossip and actor remote.
-func freePortPair(t *testing.T) int {
+func freePortPair(t testing.TB) int {
 	t.Helper()
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -85,13 +85,13 @@ func freePortPair(t *testing.T) int {
 }
 
 // startClusterProc starts a node process; httpAddr "" picks a port.
-func startClusterProc(t *testing.T, name, httpAddr string, args ...string) *clusterProc {
+func startClusterProc(t testing.TB, name, httpAddr string, args ...string) *clusterProc {
 	t.Helper()
 	return startClusterProcEnv(t, name, httpAddr, nil, args...)
 }
 
 // startClusterProcEnv is startClusterProc with more environment variables.
-func startClusterProcEnv(t *testing.T, name, httpAddr string, env []string, args ...string) *clusterProc {
+func startClusterProcEnv(t testing.TB, name, httpAddr string, env []string, args ...string) *clusterProc {
 	t.Helper()
 	p, err := launchClusterProc(t, name, httpAddr, env, args...)
 	if err != nil {
@@ -108,7 +108,7 @@ var errPortTaken = errors.New("a port picked for it was taken")
 // launchClusterProc starts a node process and waits until it serves; an
 // exit before that is an error with its log, errPortTaken when it could
 // not bind a port.
-func launchClusterProc(t *testing.T, name, httpAddr string, env []string, args ...string) (*clusterProc, error) {
+func launchClusterProc(t testing.TB, name, httpAddr string, env []string, args ...string) (*clusterProc, error) {
 	t.Helper()
 	if httpAddr == "" {
 		httpAddr = freePort(t)
@@ -196,7 +196,7 @@ func tail(s string, lines int) string {
 }
 
 // status reads the node's GET /v1/cluster.
-func (p *clusterProc) status(t *testing.T) cluster.Status {
+func (p *clusterProc) status(t testing.TB) cluster.Status {
 	t.Helper()
 	var st cluster.Status
 	getJSON(t, p.url+"/v1/cluster", &st)
@@ -205,7 +205,7 @@ func (p *clusterProc) status(t *testing.T) cluster.Status {
 
 // waitHosts waits until the node sees exactly want members hosting
 // sessions.
-func (p *clusterProc) waitHosts(t *testing.T, want int) cluster.Status {
+func (p *clusterProc) waitHosts(t testing.TB, want int) cluster.Status {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -220,7 +220,7 @@ func (p *clusterProc) waitHosts(t *testing.T, want int) cluster.Status {
 	}
 }
 
-func getJSON(t *testing.T, url string, out any) {
+func getJSON(t testing.TB, url string, out any) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -871,11 +871,12 @@ func TestClusterOfProcesses(t *testing.T) {
 		if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-		// Awake, the frozen member finds its lease lost: its work stops
-		// there, and the store refuses whatever it still appends.
+		// Awake, the frozen member finds its member lease lapsed: its
+		// sessions stop there, and the store refuses whatever it still
+		// appends.
 		for deadline := time.Now().Add(20 * time.Second); ; {
 			b, _ := os.ReadFile(frozen.log)
-			if strings.Contains(string(b), "lease was lost") || strings.Contains(string(b), "its lease was taken over") {
+			if strings.Contains(string(b), "lease lapsed") || strings.Contains(string(b), "its lease was taken over") {
 				break
 			}
 			if time.Now().After(deadline) {
