@@ -11,8 +11,10 @@
 // conversation's length (in process, and over HTTP against a node
 // process at 1 and 64 clients), push to first token and one
 // router read (single node against a cluster hop), the load generator's
-// load on a single node and on a cluster, and start-up with a million idle
-// sessions. Each row is a `go test -bench` run of the package that owns the
+// load on a single node and on a cluster, the 3-step turn at 64 clients
+// over 1,000 sessions against a single node on Pebble, one on PostgreSQL
+// and a cluster of processes on PostgreSQL, and start-up with a million
+// idle sessions. Each row is a `go test -bench` run of the package that owns the
 // benchmark (docs/benchmarks.md describes each and keeps their figures);
 // bench/loadgen and bench/cmd/loadgen drive a running node or cluster over
 // HTTP.
@@ -65,6 +67,10 @@ var suite = []entry{
 		times: "2000x", quick: "500x", metrics: []string{"p50-ms", "p99-ms"}},
 	{key: "load", what: "load: 50 sessions x 2 turns at 50 tokens/s, single node against a cluster (one process)", pkg: "./gateway", bench: "^BenchmarkLoad$",
 		times: "3x", quick: "1x", metrics: []string{"turns/s", "first-p50-ms", "first-p99-ms", "done-p99-ms", "cpu-ms/turn"}},
+	{key: "cluster", what: "the 3-step turn over HTTP, each turn one request, at 64 clients over 1,000 warm sessions, against node processes: a single node on Pebble, a single node on PostgreSQL, three members and a gateway on PostgreSQL (x-pebble: ratio to the Pebble node of the same run)", pkg: "./cmd/node", bench: "^BenchmarkClusterTurn$",
+		times: "6400x", quick: "1280x",
+		metrics: []string{"turns/s", "p50-ms", "p99-ms", "cpu-ms/turn", "node-cpu-ms/turn", "m1-cpu-ms/turn", "m2-cpu-ms/turn", "m3-cpu-ms/turn", "gateway-cpu-ms/turn",
+			"xact/turn", "pg-cpu-ms/turn", "client-cpu-ms/turn", "x-pebble-turns/s", "x-pebble-p50", "x-pebble-p99", "x-pebble-cpu"}},
 	{key: "startup", what: "start-up with idle sessions and 100 with work (index of sessions with work)", pkg: "./actors", bench: "^BenchmarkStartupWithAMillionIdleSessions$",
 		times: "1x", quick: "1x", env: []string{"A2_IDLE_SESSIONS=1000000"}, quickEnv: []string{"A2_IDLE_SESSIONS=50000"}, metrics: []string{"open-ms", "start-ms"}},
 }
@@ -84,6 +90,7 @@ func main() {
 		pick = strings.Split(*only, ",")
 	}
 	var rows []row
+	var notes []string
 	failed := false
 	began := time.Now()
 	for i, e := range suite {
@@ -102,8 +109,12 @@ func main() {
 			continue
 		}
 		rows = append(rows, parse(e, out)...)
+		notes = append(notes, skips(out)...)
 	}
 	printTable(rows)
+	for _, n := range notes {
+		fmt.Printf("\n%s\n", n)
+	}
 	fmt.Printf("\n%d rows in %s; machine: %d cores. docs/benchmarks.md says what each measures and keeps their figures.\n", len(rows), time.Since(began).Round(time.Second), runtime.NumCPU())
 	if failed {
 		os.Exit(1)
@@ -152,6 +163,20 @@ func parse(e entry, out []byte) []row {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// skips returns the lines of out in which a benchmark says it skipped a
+// part, and why ("SKIP: name: why"): go test prints a benchmark's own
+// skip only with -v.
+func skips(out []byte) []string {
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "SKIP: ") {
+			lines = append(lines, sc.Text())
+		}
+	}
+	return lines
 }
 
 // printTable prints the table, in Markdown.
