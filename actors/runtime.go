@@ -952,6 +952,10 @@ func toPBError(err error) *sessionpb.Error {
 		return &sessionpb.Error{Code: CodePartialDuplicate, Message: err.Error()}
 	case errors.Is(err, ErrMoved):
 		return &sessionpb.Error{Code: CodeMoved, Message: err.Error()}
+	case errors.Is(err, ErrNotServing):
+		// A member that stepped down or whose lease lapsed places no
+		// session: across a hop, its sessions are elsewhere (retried).
+		return &sessionpb.Error{Code: CodeMoved, Message: err.Error()}
 	case errors.Is(err, ErrLeaseHeld):
 		return &sessionpb.Error{Code: CodeLeaseHeld, Message: err.Error()}
 	case errors.Is(err, ErrUnknownAgent):

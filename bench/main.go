@@ -71,6 +71,8 @@ var suite = []entry{
 		times: "6400x", quick: "1280x",
 		metrics: []string{"turns/s", "p50-ms", "p99-ms", "cpu-ms/turn", "node-cpu-ms/turn", "m1-cpu-ms/turn", "m2-cpu-ms/turn", "m3-cpu-ms/turn", "gateway-cpu-ms/turn",
 			"xact/turn", "pg-cpu-ms/turn", "client-cpu-ms/turn", "x-pebble-turns/s", "x-pebble-p50", "x-pebble-p99", "x-pebble-cpu"}},
+	{key: "failover", what: "SIGKILL of one of 3 members while 24 sessions stream a turn through the gateway: from the kill, the killed member's sessions' state read answering again and their streams' next event (worst and median), and every turn completed", pkg: "./cmd/node", bench: "^BenchmarkClusterFailover$",
+		times: "3x", quick: "1x", metrics: []string{"answer-max-ms", "answer-p50-ms", "stream-max-ms", "stream-p50-ms", "all-done-ms"}},
 	{key: "startup", what: "start-up with idle sessions and 100 with work (index of sessions with work)", pkg: "./actors", bench: "^BenchmarkStartupWithAMillionIdleSessions$",
 		times: "1x", quick: "1x", env: []string{"A2_IDLE_SESSIONS=1000000"}, quickEnv: []string{"A2_IDLE_SESSIONS=50000"}, metrics: []string{"open-ms", "start-ms"}},
 }

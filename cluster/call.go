@@ -38,9 +38,40 @@ import (
 // maxBackoff bounds the pause between two attempts of a request.
 const maxBackoff = 200 * time.Millisecond
 
-// ask sends env to pid and waits up to timeout for its answer.
+// errOwnerGone is an attempt abandoned because its member left the view
+// (the gossip declared it dead): retried at once at the session's owner of
+// the new view.
+var errOwnerGone = errors.New("cluster: the member asked left the cluster's view")
+
+// ask sends env to pid and waits up to timeout for its answer. It gives up
+// early, with errOwnerGone, when the view no longer lists the member at
+// pid's address among the nodes alive: a request to a member that died does not wait
+// out its attempt's timeout once the gossip has said so.
 func (n *Node) ask(pid *actor.PID, env *clusterpb.Envelope, timeout time.Duration) (*clusterpb.Envelope, error) {
-	res, err := n.system.Root.RequestFuture(pid, env, timeout).Result()
+	f := n.system.Root.RequestFuture(pid, env, timeout)
+	type result struct {
+		res any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := f.Result()
+		done <- result{res, err}
+	}()
+	v := n.view.Load()
+	var r result
+	for waiting := true; waiting; {
+		select {
+		case r = <-done:
+			waiting = false
+		case <-v.changed:
+			v = n.view.Load()
+			if !v.alive(pid.Address) {
+				return nil, fmt.Errorf("%w: %s", errOwnerGone, pid.Address)
+			}
+		}
+	}
+	res, err := r.res, r.err
 	if err != nil {
 		return nil, err
 	}
@@ -140,4 +171,15 @@ func (n *Node) retry(ctx context.Context, session string, attempt func(owner gos
 // retryable reports whether an answer asks for another attempt.
 func retryable(err error) bool {
 	return errors.Is(err, actors.ErrMoved) || errors.Is(err, actors.ErrClosed) || errors.Is(err, actors.ErrLeaseHeld)
+}
+
+// alive reports whether the view lists a node alive (leaving ones
+// included) whose remote address is addr.
+func (v *view) alive(addr string) bool {
+	for _, m := range v.all {
+		if m.Address() == addr {
+			return true
+		}
+	}
+	return false
 }
