@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
@@ -40,8 +42,13 @@ func ownerLog(session string) string     { return protocol.DeriveID("a2.session-
 func ownerEventID(session string) string { return protocol.DeriveID("a2.session-owner", session) }
 
 // sessionOwner returns the agent that claimed session in store, "" if none
-// has.
+// has. A claim never changes once durable (its event is immutable), so the
+// owners found are kept (owners) and a session's subscriptions, state reads
+// and activations after the first ask the store nothing.
 func sessionOwner(ctx context.Context, store persistence.Store, session string) (string, error) {
+	if o, ok := owners.get(store, session); ok {
+		return o, nil
+	}
 	evs, err := store.Lookup(ctx, []string{ownerEventID(session)})
 	if err != nil || len(evs) == 0 {
 		return "", err
@@ -50,7 +57,48 @@ func sessionOwner(ctx context.Context, store persistence.Store, session string) 
 	if err := json.Unmarshal(evs[0].Payload, &c); err != nil || c.Agent == "" {
 		return "", fmt.Errorf("%w: the claim of session %q is not readable: %s", persistence.ErrCorrupt, session, evs[0].Payload)
 	}
+	owners.put(store, session, c.Agent)
 	return c.Agent, nil
+}
+
+// ownerCache holds durable claims: (store, session) to agent. It is
+// bounded: when full it starts again empty (a claim forgotten is looked up
+// again, never wrong).
+type ownerCache struct {
+	mu sync.Mutex
+	m  map[ownerKey]string
+}
+
+type ownerKey struct {
+	store   persistence.Store
+	session string
+}
+
+// ownerCacheSize bounds the claims kept (about 100 bytes each).
+const ownerCacheSize = 1 << 16
+
+var owners = &ownerCache{}
+
+func (c *ownerCache) get(store persistence.Store, session string) (string, bool) {
+	if !reflect.TypeOf(store).Comparable() {
+		return "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.m[ownerKey{store, session}]
+	return o, ok
+}
+
+func (c *ownerCache) put(store persistence.Store, session, agent string) {
+	if !reflect.TypeOf(store).Comparable() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= ownerCacheSize {
+		c.m = make(map[ownerKey]string)
+	}
+	c.m[ownerKey{store, session}] = agent
 }
 
 // checkOwner fails with ErrSessionOwned when an agent other than agent has

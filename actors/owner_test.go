@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +163,64 @@ func TestSessionBelongsToTheAgentThatWroteItFirst(t *testing.T) {
 		t.Fatalf("the unclaimed log took %d activations, want at most 1", n)
 	}
 	refused(t, rt2, "sales", "s1", "support")
+}
+
+// claimLookups is the real store with a count of the lookups of sessions'
+// claims.
+type claimLookups struct {
+	persistence.Store
+	n atomic.Int64
+}
+
+func (c *claimLookups) Lookup(ctx context.Context, ids []string) ([]protocol.Event, error) {
+	for _, id := range ids {
+		if id == ownerEventID("s1") {
+			c.n.Add(1)
+		}
+	}
+	return c.Store.Lookup(ctx, ids)
+}
+
+// A session's claim never changes once durable, so the runtime looks it up
+// once: the subscriptions, state reads and history pages that follow ask
+// the store nothing about it (each would be a round trip to a shared
+// store), and another agent is still refused.
+func TestAClaimIsLookedUpOnce(t *testing.T) {
+	st := &claimLookups{Store: openMem(t, vfs.NewMem())}
+	rt, err := New(st, []*Agent{answering(t, "support", "from support", nil), answering(t, "sales", "from sales", nil)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rt.Push(ctx, "support", "s1", []protocol.Event{protocol.Inputs.Text("m-support-1", "hi")}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswers(t, rt, "support", "s1", 2, "from support")
+	before := st.n.Load()
+	for range 5 {
+		sctx, scancel := context.WithCancel(ctx)
+		live, errc := rt.Subscribe(sctx, "support", "s1", 0)
+		if ev, ok := <-live; !ok || ev.Index != 1 {
+			t.Fatalf("the subscription's first event = %+v (open %v), want index 1", ev, ok)
+		}
+		scancel()
+		for range live {
+		}
+		select {
+		case err := <-errc:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+		default:
+		}
+		if _, err := rt.History(ctx, "support", "s1", 0, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := st.n.Load() - before; n > 1 {
+		t.Fatalf("5 subscriptions and 5 history pages looked the claim up %d times after the first turn, want at most once", n)
+	}
+	refused(t, rt, "sales", "s1", "support")
 }
