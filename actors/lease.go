@@ -75,6 +75,10 @@ func (o LeaseOptions) withDefaults() LeaseOptions {
 // (the holder's lease lapsed meanwhile, or the clocks disagree).
 const leaseRetry = 100 * time.Millisecond
 
+// heldRecheck bounds how long a session held by another member waits
+// before its activation is tried again, whatever the holder's lease end.
+const heldRecheck = 250 * time.Millisecond
+
 var (
 	// ErrLeaseHeld is an activation refused because another live member
 	// owns the session: an ErrUnavailable, retried by a cluster's router;
@@ -506,12 +510,18 @@ func (s *sessionActor) takeLease() error {
 	lease, err := l.AcquireLease(context.Background(), s.id, s.rt.opts.Lease.Owner)
 	var held *persistence.LeaseHeldError
 	if errors.As(err, &held) {
+		// Tried again when the holder's lease ends, or sooner: the holder
+		// may release the session or step down before then (it then gives
+		// its lease up), and the store's clock, which timed the lease's
+		// end, need not agree with ours.
 		until := held.Lease.Expires
 		if now := time.Now(); until.IsZero() || !until.After(now) {
 			until = now.Add(leaseRetry)
+		} else if soon := now.Add(heldRecheck); soon.Before(until) {
+			until = soon
 		}
-		s.rt.opts.Logger.Info("a session is owned by another live member; activating it again when that member's lease ends",
-			"session", s.id, "holder", held.Lease.Owner, "epoch", held.Lease.Epoch, "until", held.Lease.Expires)
+		s.rt.opts.Logger.Debug("a session is owned by another live member; activating it again when that member's lease ends, or sooner",
+			"session", s.id, "holder", held.Lease.Owner, "epoch", held.Lease.Epoch, "until", held.Lease.Expires, "retry", until)
 		s.heldUntil = until
 		s.rt.activateAt(s.agent, s.id, until)
 		return fmt.Errorf("%w: %v", ErrLeaseHeld, err)

@@ -324,17 +324,18 @@ func (n *Node) activateOnce(ctx context.Context, session string) error {
 	return nil
 }
 
-// releaseElsewhere asks every other member (leaving ones included) to
-// release session, in parallel, and waits for their answers up to
-// ReleaseTimeout. A member that does not answer is logged and passed over:
-// it is unreachable or dead, and the store fences it if it still writes.
+// releaseElsewhere asks every other member (leaving ones included, not
+// those that stepped down) to release session, in parallel, and waits for
+// their answers up to ReleaseTimeout. A member that does not answer is
+// logged and passed over: it is unreachable or dead, and the store fences
+// it if it still writes.
 func (n *Node) releaseElsewhere(ctx context.Context, session string) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ReleaseTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, m := range n.view.Load().all {
-		if m.ID == n.self.ID || m.Role != RoleMember {
-			continue
+		if m.ID == n.self.ID || m.Role != RoleMember || m.Status == gossip.StatusDown {
+			continue // a member that stepped down stopped its sessions first (quorum.go)
 		}
 		wg.Add(1)
 		go func(m gossip.Meta) {

@@ -28,6 +28,14 @@
 // differ (during a change, or a split) two members may still both believe
 // they place a session; the store's conditional append fences every
 // writer, so nothing is corrupted (docs/cluster.md, "Correctness").
+//
+// # Partitions
+//
+// A member that loses sight of a majority of the members it knew steps
+// down, so that the others take its sessions over, and steps up when it
+// sees a majority again (quorum.go); the gossip keeps trying to reach the
+// members it saw fail, so that a healed partition becomes one cluster
+// again (gossip/rejoin.go; docs/cluster.md, "Partitions").
 package cluster
 
 import (
@@ -123,6 +131,17 @@ type Config struct {
 	// keeps its sessions from the survivors, and how long a member that
 	// cannot renew keeps serving (docs/cluster.md, "Leases").
 	LeaseTTL time.Duration
+	// ForgetFailed is how long a member that gossip declared dead still
+	// counts towards a serving member's majority (default 10 s; quorum.go):
+	// longer than a member cut off from the others takes to notice them
+	// all fail (about 1 s at the default failure detection, plus a quarter
+	// of a second per member), shorter is better (until then, losing
+	// another member may leave no majority).
+	ForgetFailed time.Duration
+	// StepDownGrace is how long a member must see no majority before it
+	// steps down (default 100 ms), so that a member declared dead that
+	// refutes it at once stops no session.
+	StepDownGrace time.Duration
 	// Logger receives the node's logs (default: discard).
 	Logger *slog.Logger
 }
@@ -145,6 +164,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = time.Second
+	}
+	if c.ForgetFailed == 0 {
+		c.ForgetFailed = defaultForgetFailed
+	}
+	if c.StepDownGrace == 0 {
+		c.StepDownGrace = defaultStepDownGrace
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -188,6 +213,10 @@ type Node struct {
 	view    atomic.Pointer[view]
 	viewMu  sync.Mutex // serializes replacements of view
 	leaving atomic.Bool
+	// down: the member stepped down (quorum.go); quorum counts the members
+	// it knows.
+	down   atomic.Bool
+	quorum quorum
 
 	mu sync.Mutex
 	// handedOff: sessions released to another member's activation, with
@@ -238,6 +267,8 @@ func New(cfg Config) (*Node, error) {
 	for _, a := range cfg.Agents {
 		n.agents[a.Name()] = a
 	}
+	n.quorum.known = map[string]knownMember{}
+	n.quorum.kick = make(chan struct{}, 1)
 	n.view.Store(&view{changed: make(chan struct{})})
 	// The actor system's ID is the member's: fresh at each process start,
 	// and the owner of the leases its runtime takes (LeaseOptions).
@@ -320,6 +351,11 @@ func (n *Node) Start(ctx context.Context, rt *actors.Runtime) error {
 	if rt != nil {
 		go n.resumeLoop()
 		n.askResume()
+		if n.cfg.StoreID != "" {
+			// Only on a shared store can the others take its sessions
+			// over (with --allow-local-store they cannot read them).
+			go n.quorumLoop()
+		}
 	}
 	logger.Info("joined the cluster", "cluster", n.cfg.Name, "role", n.cfg.Role, "id", n.self.ID,
 		"gossip", n.provider.LocalAddr(), "remote", n.self.Address())
@@ -354,6 +390,10 @@ func (n *Node) onNodes(nodes []gossip.Meta) {
 	}
 	n.view.Store(v)
 	close(old.changed)
+	if n.cfg.Role == RoleMember && n.provider != nil {
+		n.quorum.observe(n.provider.Membership())
+		n.askQuorum()
+	}
 }
 
 // watchView reacts to each new view until the node stops: a member
@@ -443,11 +483,11 @@ func (n *Node) owner(session string) (gossip.Meta, bool) {
 }
 
 // Places reports whether this member places session now: the hash over
-// its view places it here, the node is not leaving, and it did not hand
-// the session to another member's activation in this view. It is the
-// basis of Place.
+// its view places it here, the node is not leaving and has not stepped
+// down, and it did not hand the session to another member's activation in
+// this view. It is the basis of Place.
 func (n *Node) Places(session string) bool {
-	if n.leaving.Load() || n.cfg.Role != RoleMember {
+	if n.leaving.Load() || n.down.Load() || n.cfg.Role != RoleMember {
 		return false
 	}
 	v := n.view.Load()
@@ -581,12 +621,30 @@ type Status struct {
 	// sorted, at most 1,000 of them; SessionCount counts them all.
 	Sessions     []string `json:"sessions"`
 	SessionCount int      `json:"sessionCount"`
+	// Quorum is a member's count of the members it knows, and whether it
+	// stepped down for lack of a majority (quorum.go); nil on a gateway,
+	// and on a member without a shared store (which never steps down).
+	Quorum *QuorumStatus `json:"quorum,omitempty"`
+	// Lease is where a member's lease stands: "serving", "stepped down" or
+	// "lapsed" (actors.LeaseState); empty on a gateway.
+	Lease string `json:"lease,omitempty"`
 }
 
 // Status returns the node's view of the cluster now.
 func (n *Node) Status() Status {
 	v := n.view.Load()
 	st := Status{Self: n.self, Members: slices.Clone(v.all), Hosts: []string{}, Sessions: []string{}}
+	if n.cfg.Role == RoleMember {
+		if n.cfg.StoreID != "" {
+			st.Quorum = n.quorum.status()
+		}
+		if n.down.Load() {
+			st.Self.Status = gossip.StatusDown
+		}
+		if n.rt != nil {
+			st.Lease = n.rt.LeaseStatus().State.String()
+		}
+	}
 	for _, m := range v.hosts {
 		st.Hosts = append(st.Hosts, m.Address())
 	}

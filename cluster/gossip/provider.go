@@ -46,6 +46,11 @@ const (
 	// it only notices changes of member IDs, so it may still place grains
 	// there until the node is gone).
 	StatusLeaving = "leaving"
+	// StatusDown is a member that stepped down (it lost sight of a
+	// majority of the members it knew): it stays in the membership and is
+	// published to protoactor without kinds, like a leaving one, but hosts
+	// no sessions until it is up again.
+	StatusDown = "down"
 )
 
 // Defaults for the zero values of Config. The failure-detection ones detect
@@ -65,6 +70,12 @@ const (
 	resyncInterval   = time.Second
 	leaveTimeout     = time.Second
 	updateTimeout    = time.Second
+
+	defaultRejoinFirst      = 250 * time.Millisecond
+	defaultRejoinMax        = 5 * time.Second
+	defaultReconnectTimeout = 24 * time.Hour
+	// rejoinTick is how often the rejoin loop looks for attempts due.
+	rejoinTick = 50 * time.Millisecond
 
 	// maxRefusalsLogged bounds the set of node IDs whose refusal was logged.
 	maxRefusalsLogged = 4096
@@ -98,7 +109,7 @@ type Meta struct {
 	Store string `json:"store"`
 	// Role is "member" or "gateway".
 	Role string `json:"role"`
-	// Status is one of StatusStarting, StatusUp, StatusLeaving.
+	// Status is one of StatusStarting, StatusUp, StatusLeaving, StatusDown.
 	Status string `json:"status"`
 }
 
@@ -138,6 +149,14 @@ type Config struct {
 	// (except those that only repeat a refusal, which the provider logs
 	// itself, once per node ID, at Warn).
 	Logger *slog.Logger
+	// RejoinFirst and RejoinMax bound the backoff of the attempts to reach
+	// again a node gossip declared dead, and the seeds of Join that no
+	// alive node answers at (0 = 250 ms doubling up to 5 s): memberlist
+	// never probes a dead node again, so without these two sides of a
+	// healed partition would stay apart. ReconnectTimeout is how long a
+	// dead node's address is tried (0 = 24 h); seeds are tried for as
+	// long as the provider runs.
+	RejoinFirst, RejoinMax, ReconnectTimeout time.Duration
 	// OnChange, if set, is called with every accepted alive node (self
 	// included, sorted by ID) whenever that set or any node's metadata
 	// changed: it is checked after each join, leave, update or failure
@@ -179,6 +198,8 @@ type Provider struct {
 	// holding nodesMu may call into memberlist), and the refusal records.
 	nodesMu      sync.Mutex
 	nodes        map[string]Meta
+	gossipAddrs  map[string]string   // gossip address of each node in nodes, by ID
+	failed       map[string]Failure  // nodes gossip declared dead (not left), by ID
 	nodesGone    bool                // after Shutdown or a failed Start: no membership
 	refusedIDs   map[string]struct{} // node IDs whose refusal was logged
 	joinRefusals []error             // refusals seen by NotifyMerge since the last reset
@@ -190,6 +211,11 @@ type Provider struct {
 	deliverClosed bool
 	last          []Meta // what OnChange was last given
 	delivered     bool   // OnChange was called at least once
+
+	// rejoinMu guards the rejoin attempts (rejoin.go).
+	rejoinMu sync.Mutex
+	seeds    []string                // cfg.Join, resolved at Start
+	rejoins  map[string]*rejoinState // by gossip address
 }
 
 // New returns a Provider for cfg; it does nothing on the network until
@@ -213,6 +239,15 @@ func New(cfg Config) *Provider {
 	if cfg.JoinTimeout <= 0 {
 		cfg.JoinTimeout = defaultJoinTimeout
 	}
+	if cfg.RejoinFirst <= 0 {
+		cfg.RejoinFirst = defaultRejoinFirst
+	}
+	if cfg.RejoinMax < cfg.RejoinFirst {
+		cfg.RejoinMax = max(defaultRejoinMax, cfg.RejoinFirst)
+	}
+	if cfg.ReconnectTimeout <= 0 {
+		cfg.ReconnectTimeout = defaultReconnectTimeout
+	}
 	cfg.Join = slices.Clone(cfg.Join)
 	cfg.Meta.Kinds = slices.Clone(cfg.Meta.Kinds)
 	logger := cfg.Logger
@@ -220,12 +255,15 @@ func New(cfg Config) *Provider {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Provider{
-		cfg:        cfg,
-		log:        logger,
-		meta:       cloneMeta(cfg.Meta),
-		nodes:      make(map[string]Meta),
-		refusedIDs: make(map[string]struct{}),
-		kick:       make(chan struct{}, 1),
+		cfg:         cfg,
+		log:         logger,
+		meta:        cloneMeta(cfg.Meta),
+		nodes:       make(map[string]Meta),
+		gossipAddrs: make(map[string]string),
+		failed:      make(map[string]Failure),
+		refusedIDs:  make(map[string]struct{}),
+		kick:        make(chan struct{}, 1),
+		rejoins:     make(map[string]*rejoinState),
 	}
 }
 
@@ -343,6 +381,13 @@ func (p *Provider) start(ctx context.Context) (*memberlist.Memberlist, []byte, e
 	mc.ProbeTimeout = cfg.ProbeTimeout
 	mc.GossipInterval = cfg.GossipInterval
 	mc.SuspicionMult = cfg.SuspicionMult
+	// Lifeguard's self-awareness slows the probes of a node that gets no
+	// acks (up to 8 times, 2 s between probes here): exactly the node cut
+	// off from the others, which must notice them all fail quickly to
+	// step down (docs/cluster.md, "Partitions"). Its suspicion of others
+	// still needs no acks for SuspicionMult probe intervals, and the
+	// suspected node refutes it by gossip.
+	mc.AwarenessMaxMultiplier = 1
 	mc.Delegate = delegate{p}
 	mc.Events = events{p}
 	mc.Alive = alive{p}
@@ -356,6 +401,7 @@ func (p *Provider) start(ctx context.Context) (*memberlist.Memberlist, []byte, e
 	p.mu.Lock()
 	p.localAddr = net.JoinHostPort(bindIP, strconv.Itoa(mc.BindPort))
 	p.mu.Unlock()
+	p.resolveSeeds(ctx, ml)
 
 	return ml, sent, p.joinAll(ctx, ml)
 }
@@ -533,8 +579,8 @@ func (p *Provider) Nodes() []Meta {
 // then republishes it on every change and every second. The topology is
 // every accepted alive node with a remote port (gateways too, so they stay
 // reachable) as &cluster.Member{Id, Host, Port, Kinds}, Kinds empty unless
-// its Status is StatusUp; a node that has Kinds but is neither up nor
-// leaving (i.e. starting) is left out until it is up, because protoactor
+// its Status is StatusUp; a node that has Kinds but is neither up, leaving
+// nor down (i.e. starting) is left out until it is up, because protoactor
 // never learns a member's kinds after its first appearance. It returns nil
 // when Start has succeeded, an error when Start was not called (or failed),
 // Shutdown was called, or c has no MemberList.
@@ -603,6 +649,7 @@ func (p *Provider) Shutdown(graceful bool) error {
 	}
 	var errs []error
 	if graceful {
+		p.announceLeaving(ml)
 		if err := ml.Leave(leaveTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("gossip: leave: %w", err))
 		}
@@ -613,11 +660,37 @@ func (p *Provider) Shutdown(graceful bool) error {
 	return errors.Join(errs...)
 }
 
+// announceLeaving gossips StatusLeaving before a graceful leave, unless the
+// node said so already (a member's drain): memberlist does not tell its
+// events a leave from a failure (the node a NotifyLeave passes never has
+// its State set), so the others tell them apart by the last status (a node
+// that disappears while leaving left; any other was declared dead).
+func (p *Provider) announceLeaving(ml *memberlist.Memberlist) {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	p.metaMu.Lock()
+	m := cloneMeta(p.meta)
+	m.Status = StatusLeaving
+	b, err := encodeMeta(m)
+	changed := err == nil && p.meta.Status != StatusLeaving
+	if changed {
+		p.meta, p.metaBytes = m, b
+	}
+	p.metaMu.Unlock()
+	if changed {
+		if err := ml.UpdateNode(updateTimeout); err != nil {
+			p.log.Debug("gossip: leaving status not yet broadcast", "error", err)
+		}
+	}
+}
+
 // run delivers after memberlist events and on the resync timer until stop.
 func (p *Provider) run(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(resyncInterval)
 	defer t.Stop()
+	r := time.NewTicker(rejoinTick)
+	defer r.Stop()
 	for {
 		select {
 		case <-stop:
@@ -626,6 +699,8 @@ func (p *Provider) run(stop <-chan struct{}, done chan<- struct{}) {
 			p.deliver()
 		case <-t.C:
 			p.deliver()
+		case <-r.C:
+			p.rejoin(stop)
 		}
 	}
 }
@@ -663,7 +738,7 @@ func topology(nodes []Meta) cluster.Members {
 		if n.Host == "" || n.Port <= 0 || n.Port > 65535 {
 			continue
 		}
-		if len(n.Kinds) > 0 && n.Status != StatusUp && n.Status != StatusLeaving {
+		if len(n.Kinds) > 0 && n.Status != StatusUp && n.Status != StatusLeaving && n.Status != StatusDown {
 			continue
 		}
 		m := &cluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port)}
@@ -680,6 +755,8 @@ func (p *Provider) forgetNodes() {
 	p.nodesMu.Lock()
 	p.nodesGone = true
 	clear(p.nodes)
+	clear(p.gossipAddrs)
+	clear(p.failed)
 	p.nodesMu.Unlock()
 }
 
@@ -784,10 +861,25 @@ type events struct{ p *Provider }
 func (e events) NotifyJoin(n *memberlist.Node)   { e.p.upsert(n) }
 func (e events) NotifyUpdate(n *memberlist.Node) { e.p.upsert(n) }
 func (e events) NotifyLeave(n *memberlist.Node) {
-	e.p.nodesMu.Lock()
-	delete(e.p.nodes, n.Name)
-	e.p.nodesMu.Unlock()
-	e.p.signal()
+	p := e.p
+	p.nodesMu.Lock()
+	m, known := p.nodes[n.Name]
+	delete(p.nodes, n.Name)
+	delete(p.gossipAddrs, n.Name)
+	// A node that goes while its status says leaving left; any other was
+	// declared dead by the failure detector, and may be alive on the other
+	// side of a partition (rejoin.go). (memberlist never sets n.State.)
+	dead := known && m.Status != StatusLeaving && !p.nodesGone
+	if dead {
+		p.failed[n.Name] = Failure{Meta: cloneMeta(m), Addr: n.Address(), At: time.Now()}
+	} else {
+		delete(p.failed, n.Name)
+	}
+	p.nodesMu.Unlock()
+	if dead {
+		p.log.Info("gossip: a node was declared dead; trying to reach it again until it answers", "node", n.Name, "address", n.Address())
+	}
+	p.signal()
 }
 
 func (p *Provider) upsert(n *memberlist.Node) {
@@ -799,8 +891,11 @@ func (p *Provider) upsert(n *memberlist.Node) {
 	}
 	if err != nil { // not expected: the alive delegate filtered it
 		delete(p.nodes, n.Name)
+		delete(p.gossipAddrs, n.Name)
 	} else {
 		p.nodes[n.Name] = m
+		p.gossipAddrs[n.Name] = n.Address()
+		delete(p.failed, n.Name)
 	}
 	p.nodesMu.Unlock()
 	p.signal()
