@@ -14,6 +14,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/a2-runtime/a2/actors"
@@ -111,6 +113,11 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 	if store == nil {
 		dir := firstOf(o.Data, os.Getenv("A2_DATA"), "./data")
 		pb, err := pebblestore.Open(dir, pebblestore.Options{Logger: pebblestore.SlogLogger(logger)})
+		if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
+			// Pebble's lock: "resource temporarily unavailable" says
+			// nothing to a person.
+			return fmt.Errorf("another program (a node?) is using the data directory %s (its lock is held): stop it, or give this one another directory (A2_DATA, or a2.Options.Data)", dir)
+		}
 		if err != nil {
 			return fmt.Errorf("cannot open the store in %s: %w", dir, err)
 		}
@@ -147,7 +154,14 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	url := "http://" + ln.Addr().String()
-	logger.Info("serving", "url", url, "agents", len(agents))
+	names := make([]string, len(agents))
+	for i, a := range agents {
+		names[i] = a.Name()
+	}
+	logger.Info("serving", "url", url, "agents", strings.Join(names, ", "))
+	for _, name := range names {
+		logger.Info("chat with " + name + " from a terminal, in the A2 repository: go run ./cmd/node chat --url " + url + " --agent " + name)
+	}
 	if o.Ready != nil {
 		o.Ready(url)
 	}

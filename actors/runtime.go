@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,6 +179,16 @@ func (r *Runtime) Recovered() <-chan struct{} { return r.recovered }
 func (r *Runtime) Agent(name string) (*Agent, bool) {
 	a, ok := r.agents[name]
 	return a, ok
+}
+
+// Agents lists the names of the runtime's agents, sorted.
+func (r *Runtime) Agents() []string {
+	names := make([]string, 0, len(r.agents))
+	for name := range r.agents {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Store is the runtime's store, which holds the sessions of every agent

@@ -14,13 +14,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -37,6 +41,8 @@ const (
 const (
 	OpRead = "read"
 	OpPush = "push"
+	// OpListAgents is GET /v1/agents (no agent, no session).
+	OpListAgents = "list-agents"
 )
 
 // Operation is what an untrusted request asks to do, as Authorize sees it
@@ -86,6 +92,15 @@ type Options struct {
 	// ClusterStatus, when set (a cluster node), serves GET /v1/cluster:
 	// the node's view of the cluster as JSON (cluster.Status).
 	ClusterStatus func() any
+	// Agents are the names of the agents the Router serves: GET /v1/agents
+	// lists them, and the error of an unknown agent names them. Empty: the
+	// Router's, when it is an AgentLister (RuntimeRouter is).
+	Agents []string
+}
+
+// AgentLister is a Router that can name its agents (Options.Agents).
+type AgentLister interface {
+	Agents() []string
 }
 
 func (o Options) withDefaults() Options {
@@ -122,7 +137,12 @@ type Gateway struct {
 // New returns the gateway serving router.
 func New(router Router, opts Options) *Gateway {
 	g := &Gateway{router: router, opts: opts.withDefaults(), done: make(chan struct{})}
+	if l, ok := router.(AgentLister); ok && len(g.opts.Agents) == 0 {
+		g.opts.Agents = l.Agents()
+	}
+	g.opts.Agents = slices.Sorted(slices.Values(g.opts.Agents))
 	mux := http.NewServeMux()
+	mux.Handle("/v1/agents", methods{http.MethodGet: g.agents})
 	const sessions = "/v1/agents/{agent}/sessions/{session}"
 	mux.Handle(sessions+"/events", methods{http.MethodPost: g.push(false), http.MethodGet: g.history})
 	mux.Handle(sessions+"/state", methods{http.MethodGet: g.state})
@@ -184,11 +204,45 @@ func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if err == errClientGone || r.Context().Err() != nil {
 		return
 	}
-	e := classify(err)
+	e := g.classify(err)
 	if e.Status == http.StatusInternalServerError {
 		g.opts.Logger.ErrorContext(r.Context(), "gateway: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeError(w, e)
+}
+
+// classify is the package's classify, with the agents served named in
+// the error of an unknown agent.
+func (g *Gateway) classify(err error) *Error {
+	e := classify(err)
+	if errors.Is(err, actors.ErrUnknownAgent) && len(g.opts.Agents) > 0 {
+		named := *e
+		quoted := make([]string, len(g.opts.Agents))
+		for i, a := range g.opts.Agents {
+			quoted[i] = strconv.Quote(a)
+		}
+		named.Message += "; the agents here are " + strings.Join(quoted, ", ") + " (GET /v1/agents lists them)"
+		return &named
+	}
+	return e
+}
+
+// agents serves GET /v1/agents: the agents this gateway serves.
+func (g *Gateway) agents(w http.ResponseWriter, r *http.Request) {
+	if err := g.authorize(r, Operation{Type: OpListAgents}); err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	type agent struct {
+		Name string `json:"name"`
+	}
+	out := struct {
+		Agents []agent `json:"agents"`
+	}{Agents: []agent{}}
+	for _, name := range g.opts.Agents {
+		out.Agents = append(out.Agents, agent{Name: name})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // authorize runs the Authorize hook on an untrusted operation.

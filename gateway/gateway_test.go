@@ -450,6 +450,38 @@ func TestSessionOwnedByAnotherAgent(t *testing.T) {
 	}
 }
 
+// GET /v1/agents lists the agents a node serves (through the runtime's
+// router and the cluster's alike); Authorize sees it, and may deny it.
+func TestListAgents(t *testing.T) {
+	deny := false
+	var seen []gateway.Operation
+	var mu sync.Mutex
+	authorize := func(_ context.Context, op gateway.Operation) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, op)
+		if deny {
+			return errors.New("not for you")
+		}
+		return nil
+	}
+	f := wrapNode(t, gatewaytest.Start(t, gatewaytest.Options{MoreAgents: []string{"helper"}, Gateway: gateway.Options{Authorize: authorize}}))
+	status, b := f.do(http.MethodGet, "/v1/agents", "", nil)
+	if status != http.StatusOK || string(b) != `{"agents":[{"name":"assistant"},{"name":"helper"}]}`+"\n" {
+		t.Fatalf("GET /v1/agents: %d %s", status, b)
+	}
+	mu.Lock()
+	if len(seen) != 1 || seen[0].Type != gateway.OpListAgents || seen[0].Agent != "" || seen[0].Session != "" {
+		t.Fatalf("authorize saw %+v", seen)
+	}
+	deny = true
+	mu.Unlock()
+	status, b = f.do(http.MethodGet, "/v1/agents", "", nil)
+	if e := errorBody(t, b); status != http.StatusForbidden || !strings.Contains(e.Message, "not for you") {
+		t.Fatalf("denied GET /v1/agents: %d %s", status, b)
+	}
+}
+
 // A stream with until=idle is bounded: it sends the history and the live
 // tail, and ends with ": idle" once the session is idle: after the turn a
 // push started and the input queued behind it, not before.

@@ -51,7 +51,13 @@ type RuntimeRouter struct {
 	Runtime *actors.Runtime
 }
 
-var _ Router = RuntimeRouter{}
+var (
+	_ Router      = RuntimeRouter{}
+	_ AgentLister = RuntimeRouter{}
+)
+
+// Agents implements AgentLister.
+func (r RuntimeRouter) Agents() []string { return r.Runtime.Agents() }
 
 // check refuses an unknown agent and a session ID that breaks the caller-ID
 // rules, before anything reads the store.

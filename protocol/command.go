@@ -25,6 +25,18 @@ const (
 	ActionInterrupt    = "interrupt"
 )
 
+// ActionsFor lists the actions a pusher of that trust may send, in a fixed
+// order: browser ingress (Untrusted) all but request-input and
+// tool-result, which are trusted server appends.
+func ActionsFor(trust Trust) []string {
+	actions := []string{ActionSend, ActionSteer, ActionEdit, ActionMove, ActionRemove, ActionSendNow,
+		ActionStop, ActionPause, ActionResume, ActionRetry, ActionApproval, ActionInput, ActionInterrupt}
+	if trust == Trusted {
+		actions = append(actions, ActionRequestInput, ActionToolResult)
+	}
+	return actions
+}
+
 // Receipt outcomes and rejection reasons (R-INPUT-28, R-INPUT-29, OQ-05).
 const (
 	OutcomeApplied  = "applied"
@@ -288,9 +300,9 @@ func ValidateCommand(ev Event, trust Trust) (Command, error) {
 			return c, invalid("payload.reason", "%q is reserved for A2", ReasonSteeredAfterStep)
 		}
 	case "":
-		return c, invalid("payload.action", "is required")
+		return c, invalid("payload.action", "is required: one of %s", quotedList(ActionsFor(trust)))
 	default:
-		return c, invalid("payload.action", "is unknown: %q", c.Action)
+		return c, invalid("payload.action", "is unknown: %q%s; the actions are %s", c.Action, didYouMean(c.Action, ActionsFor(trust)), quotedList(ActionsFor(trust)))
 	}
 	if c.LastSeenIndex != nil && *c.LastSeenIndex < -1 {
 		return c, invalid("payload.lastSeenIndex", "must be -1 or more")

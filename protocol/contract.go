@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -239,7 +241,8 @@ func ResolveContract(name string, contract *Contract, events map[string]Schema, 
 	case name != "":
 		return AgentContract(ContractOptions{Name: name, Events: events, MessageSchema: messageSchema, ServerOnlyEvents: true})
 	}
-	return nil, configErr("name", "an agent needs a name or a contract")
+	return nil, configErr("name", `an agent needs a name or a contract: Name: "support" names it in the routes (/v1/agents/support/...); `+
+		"Contract: protocol.AgentContract(...) also declares application events clients may push and a reducer (docs/embedding.md)")
 }
 
 // ValidateHandlers checks the event names of application handlers
@@ -305,13 +308,16 @@ func (c *Contract) ValidateIngress(ev Event, trust Trust) error {
 			return invalid("payload", "must be a JSON object")
 		}
 		return nil
+	case IsBuiltinType(ev.Type) && slices.Contains(BuiltinTypes, ev.Type):
+		return invalid("type", "%q is written by A2 itself and cannot be pushed; %s", ev.Type, c.pushable(trust))
 	case IsBuiltinType(ev.Type):
-		return invalid("type", "%q is written by A2 itself and cannot be pushed", ev.Type)
+		return invalid("type", "%q is not an event type (the \"ai.\" namespace is A2's)%s; %s",
+			ev.Type, didYouMean(ev.Type, c.pushableTypes(trust)), c.pushable(trust))
 	case ev.Type == "":
-		return invalid("type", "is required")
+		return invalid("type", "is required; %s", c.pushable(trust))
 	}
 	if c == nil || !c.HasEvent(ev.Type) {
-		return &ValidationError{Field: "type", Message: fmt.Sprintf("%v %q", ErrUnknownEventType, ev.Type)}
+		return &ValidationError{Field: "type", Message: fmt.Sprintf("%v %q%s; %s", ErrUnknownEventType, ev.Type, didYouMean(ev.Type, c.pushableTypes(trust)), c.pushable(trust))}
 	}
 	if c.opts.ServerOnlyEvents && trust != Trusted {
 		return invalid("type", "%q is a server-only event of agent %q", ev.Type, c.Name())
@@ -322,6 +328,78 @@ func (c *Contract) ValidateIngress(ev Event, trust Trust) error {
 		}
 	}
 	return nil
+}
+
+// pushableTypes are the event types a pusher of that trust may push to an
+// agent of contract c, in a fixed order: commands, then the contract's own
+// events (which a named agent's clients may not push), then for trusted
+// appends the session lifecycle events.
+func (c *Contract) pushableTypes(trust Trust) []string {
+	types := []string{TypeControlRequested}
+	if c != nil && (trust == Trusted || !c.opts.ServerOnlyEvents) {
+		types = append(types, sortedKeys(c.opts.Events)...)
+	}
+	if trust == Trusted {
+		types = append(types, TypeSessionCreated, TypeSessionClosed)
+	}
+	return types
+}
+
+// pushable says what may be pushed, for the message of a refused type.
+func (c *Contract) pushable(trust Trust) string {
+	types := c.pushableTypes(trust)
+	if len(types) == 1 {
+		return fmt.Sprintf("a client pushes only %q (commands: send, steer, stop, ...)", types[0])
+	}
+	return "the types this agent accepts are " + quotedList(types)
+}
+
+// quotedList is a list of names for a message: "a", "b" and "c".
+func quotedList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	if len(q) < 2 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
+}
+
+// didYouMean suggests the name among names closest to a misspelled one
+// (" (did you mean "x"?)"), or nothing when none is close.
+func didYouMean(got string, names []string) string {
+	best, bestD := "", 0
+	for _, n := range names {
+		if d := editDistance(strings.ToLower(got), strings.ToLower(n)); best == "" || d < bestD {
+			best, bestD = n, d
+		}
+	}
+	if best == "" || bestD > max(2, len(best)/4) {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance is the Levenshtein distance of two strings, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // SessionState is the state of a session: AIState merged with the

@@ -263,8 +263,8 @@ func TestContractConstructionErrors(t *testing.T) {
 	if _, err := ResolveContract("x", c, nil, nil); !errors.As(err, &ce) {
 		t.Fatalf("name and contract: %v", err)
 	}
-	if _, err := ResolveContract("", nil, nil, nil); !errors.As(err, &ce) {
-		t.Fatalf("neither: %v", err)
+	if _, err := ResolveContract("", nil, nil, nil); !errors.As(err, &ce) || !strings.Contains(err.Error(), `Name: "support" names it`) {
+		t.Fatalf("neither: %v, want a message that shows the Name option", err)
 	}
 	named, err := ResolveContract("x", nil, map[string]Schema{"audit.logged": nil}, nil)
 	if err != nil {
@@ -320,19 +320,33 @@ func TestIngressTypes(t *testing.T) {
 		ev    Event
 		trust Trust
 		ok    bool
+		// want is in the error's message: what to push instead.
+		want string
 	}{
-		{Event{ID: "x", Type: TypeGenerationRequested, Payload: json.RawMessage(`{}`)}, Trusted, false},
-		{Event{ID: "x", Type: TypeSessionClosed, Payload: json.RawMessage(`{}`)}, Untrusted, false},
-		{Event{ID: "x", Type: TypeSessionClosed, Payload: json.RawMessage(`{}`)}, Trusted, true},
-		{Event{ID: "x", Type: "unknown.event", Payload: json.RawMessage(`{}`)}, Trusted, false},
-		{Event{ID: "x", Type: "", Payload: json.RawMessage(`{}`)}, Trusted, false},
-		{Event{ID: "x", Type: "ticket.flagged"}, Untrusted, false},
-		{Event{ID: "x", Type: "ticket.flagged", Payload: json.RawMessage(`{`)}, Untrusted, false},
+		{Event{ID: "x", Type: TypeGenerationRequested, Payload: json.RawMessage(`{}`)}, Trusted, false, `is written by A2 itself and cannot be pushed; the types this agent accepts are "ai.control.requested", "plan.changed", "ticket.flagged", "ai.session.created" and "ai.session.closed"`},
+		{Event{ID: "x", Type: TypeSessionClosed, Payload: json.RawMessage(`{}`)}, Untrusted, false, "trusted server append"},
+		{Event{ID: "x", Type: TypeSessionClosed, Payload: json.RawMessage(`{}`)}, Trusted, true, ""},
+		{Event{ID: "x", Type: "unknown.event", Payload: json.RawMessage(`{}`)}, Trusted, false, `unknown event type "unknown.event"; the types this agent accepts are "ai.control.requested", "plan.changed"`},
+		{Event{ID: "x", Type: "ticket.flaged", Payload: json.RawMessage(`{}`)}, Untrusted, false, `unknown event type "ticket.flaged" (did you mean "ticket.flagged"?); the types this agent accepts are "ai.control.requested", "plan.changed" and "ticket.flagged"`},
+		{Event{ID: "x", Type: "ai.control.request", Payload: json.RawMessage(`{}`)}, Untrusted, false, `"ai.control.request" is not an event type (the "ai." namespace is A2's) (did you mean "ai.control.requested"?)`},
+		{Event{ID: "x", Type: "", Payload: json.RawMessage(`{}`)}, Trusted, false, "is required; the types this agent accepts are"},
+		{Event{ID: "x", Type: "ticket.flagged"}, Untrusted, false, "is required"},
+		{Event{ID: "x", Type: "ticket.flagged", Payload: json.RawMessage(`{`)}, Untrusted, false, "not valid JSON"},
 	} {
 		err := c.ValidateIngress(tc.ev, tc.trust)
-		if (err == nil) != tc.ok {
-			t.Errorf("%s (trust %d): err=%v, want ok=%v", tc.ev.Type, tc.trust, err, tc.ok)
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s (trust %d): err=%v, want ok=%v naming %q", tc.ev.Type, tc.trust, err, tc.ok, tc.want)
 		}
+	}
+	// An agent built with a name: its events are the server's, and a
+	// client is told it pushes commands only.
+	named, err := ResolveContract("x", nil, map[string]Schema{"audit.logged": nil}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = named.ValidateIngress(Event{ID: "x", Type: "audit.loged", Payload: json.RawMessage(`{}`)}, Untrusted)
+	if err == nil || !strings.Contains(err.Error(), `unknown event type "audit.loged"; a client pushes only "ai.control.requested"`) {
+		t.Errorf("a named agent's client: %v", err)
 	}
 }
 

@@ -24,8 +24,10 @@ import (
 const chatHelp = `Type a message and press Enter. While a turn runs:
   /steer TEXT   steer the running turn after its current step
   /queue TEXT   queue a message for after the turn (same as typing it)
-  /pause        pause after the turn;  /pause now  pause at once
-  /resume       resume
+  /pause        pause after the turn (messages then wait in the inbox)
+  /pause now    pause at once, in the middle of the step
+  /resume       resume: the inbox runs; a step cut by /pause now runs again
+                from its start (a fresh model request)
   /stop         stop the running turn where you see it
   /retry        retry a failed answer
   /quit         leave (the session stays on the node)
@@ -69,8 +71,11 @@ func runChat(ctx context.Context, args []string, getenv func(string) string, std
 	if !*plain && isTerminal(stdin) && isTerminal(stdout) {
 		_, err := tea.NewProgram(newTUI(ctx, s, *url), tea.WithContext(ctx), tea.WithInput(stdin), tea.WithOutput(stdout)).Run()
 		if errors.Is(err, tea.ErrProgramKilled) || errors.Is(err, context.Canceled) {
-			return nil
+			err = nil
 		}
+		// The full-screen chat leaves nothing on the terminal: say where
+		// the session is, and how to come back to it.
+		fmt.Fprintf(stdout, "Left session %s; it stays on the node. Resume it with:\n  %s\n", *session, resumeCommand(*session, *url, *agent, getenv))
 		return err
 	}
 	fmt.Fprintf(stdout, "Session %s at %s (resume it with --session %s).\n%s\n", *session, *url, *session, chatHelp)
@@ -123,6 +128,19 @@ func runChat(ctx context.Context, args []string, getenv func(string) string, std
 			}
 		}
 	}
+}
+
+// resumeCommand is the command that reopens the session: the flags that
+// differ from the defaults, and the session.
+func resumeCommand(session, url, agent string, getenv func(string) string) string {
+	cmd := "go run ./cmd/node chat"
+	if def := getenv("A2_URL"); url != "http://127.0.0.1:8080" && url != def {
+		cmd += " --url " + url
+	}
+	if agent != defaultAgent {
+		cmd += " --agent " + agent
+	}
+	return cmd + " --session " + session
 }
 
 // settled reports whether everything sent has been admitted and answered:
@@ -248,7 +266,11 @@ func (r *renderer) render(st *protocol.AIState) {
 		r.status = st.Status
 		switch st.Status {
 		case protocol.StatusPaused:
-			r.note("paused; /resume to continue")
+			if st.Active != nil {
+				r.note("paused in the middle of the turn; /resume runs the interrupted step again from its start")
+			} else {
+				r.note("paused: messages wait in the inbox; /resume admits them")
+			}
 		case protocol.StatusFailed:
 			msg := "the answer failed"
 			if st.Error != nil {
@@ -303,7 +325,12 @@ func openError(session, url, agent string, err error) error {
 	var ce *client.Error
 	if errors.As(err, &ce) {
 		if ce.Status == http.StatusNotFound && ce.Field == "agent" {
-			return fmt.Errorf("the node at %s has no agent %q (the node's own agent is %q; choose with --agent)", url, agent, defaultAgent)
+			// The node's message names the agents it serves.
+			_, agents, ok := strings.Cut(ce.Message, "; ")
+			if !ok {
+				agents = fmt.Sprintf("a node of its own serves %q", defaultAgent)
+			}
+			return fmt.Errorf("the node at %s has no agent %q (%s; choose one with --agent)", url, agent, agents)
 		}
 		return fmt.Errorf("the node at %s refused session %q: %s", url, session, ce.Message)
 	}

@@ -330,7 +330,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		router = node.Router()
 	}
 
-	gopts := gateway.Options{AdminToken: cfg.adminToken, Logger: logger, HeartbeatInterval: cfg.heartbeat}
+	gopts := gateway.Options{AdminToken: cfg.adminToken, Logger: logger, HeartbeatInterval: cfg.heartbeat, Agents: []string{defaultAgent}}
 	if p.Script() != nil && cfg.cluster.role != cluster.RoleGateway {
 		gopts.Gates = p.Script()
 	}
@@ -389,9 +389,15 @@ func printBanner(out io.Writer, base string, cfg config, p *providers.Set) {
 	if cfg.cluster.role == cluster.RoleMember || cfg.cluster.role == cluster.RoleGateway {
 		where = cfg.cluster.describe(where)
 	}
+	model := fmt.Sprintf("%s (%s)", p.Model(), p.Name())
+	if cfg.cluster.role == cluster.RoleGateway {
+		// A gateway routes requests; the members run the model steps,
+		// each with the model its own environment configures.
+		model = "none here: the members run the agent's model steps, with the model their environment configures"
+	}
 	fmt.Fprintf(out, `A2 node serving %s
   agent:  %s
-  model:  %s (%s)
+  model:  %s
   data:   %s
   admin:  %s
   memory: %s
@@ -400,15 +406,14 @@ func printBanner(out io.Writer, base string, cfg config, p *providers.Set) {
 Chat with it from another terminal:
   go run ./cmd/node chat --url %s
 
-Or with curl: send a message (a fresh ID each time), then watch the log
-until the session is idle
+Or with curl: send a message (a fresh ID each time) and watch its turn
+until the session is idle, in one request
   id=msg-$(date +%%s%%N)
-  curl -s %s/events -H 'Content-Type: application/json' \
+  curl -sN '%s/events?stream=1' -H 'Content-Type: application/json' \
     -d '{"events":[{"id":"'$id'","type":"ai.control.requested","payload":{"action":"send","message":{"id":"'$id'","role":"user","parts":[{"type":"text","text":"What time is it?"}]}}}]}'
-  curl -sN '%s/stream?until=idle'
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
-`, base, defaultAgent, p.Model(), p.Name(), where, admin, memory, cfg.telemetry, base, sessions, sessions)
+`, base, defaultAgent, model, where, admin, memory, cfg.telemetry, base, sessions)
 }
 
 // nodeTools are the agent's tools: the demo tools, and in test mode

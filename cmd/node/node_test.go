@@ -20,6 +20,7 @@ import (
 
 	"github.com/a2-runtime/a2/client"
 	"github.com/a2-runtime/a2/harness/catalog"
+	"github.com/a2-runtime/a2/harness/providers"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -84,6 +85,20 @@ func (n *runningNode) stop(t *testing.T) {
 	}
 }
 
+// A cluster gateway's banner names no model: it runs none (its members
+// do, each with the model its own environment configures).
+func TestGatewayBannerNamesNoModel(t *testing.T) {
+	cfg, err := parseServeFlags([]string{"--role", "gateway", "--cluster", "c1", "--bind", "127.0.0.1:7946"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	printBanner(&out, "http://127.0.0.1:8080", cfg, providers.FromEnv(func(string) string { return "" }, "", nil, 0))
+	if !strings.Contains(out.String(), "model:  none here: the members run") || strings.Contains(out.String(), "model:  demo") {
+		t.Fatalf("the gateway's banner:\n%s", out.String())
+	}
+}
+
 // The node's first run: the banner says where to go next; a first
 // conversation with the demo model (through the Go client) runs its
 // calculator tool and answers from the result; cancelling the context
@@ -91,7 +106,7 @@ func (n *runningNode) stop(t *testing.T) {
 func TestNodeFirstConversation(t *testing.T) {
 	n := startNode(t, config{demoDelay: 0})
 	banner := n.out.String()
-	for _, want := range []string{n.url, "model:  demo", "curl -s " + n.url + "/v1/agents/assistant/sessions/hello/events", "curl -sN", "stream?until=idle", "go run ./cmd/node chat"} {
+	for _, want := range []string{n.url, "model:  demo", "curl -sN '" + n.url + "/v1/agents/assistant/sessions/hello/events?stream=1'", "go run ./cmd/node chat"} {
 		if !strings.Contains(banner, want) {
 			t.Fatalf("the banner lacks %q:\n%s", want, banner)
 		}
@@ -177,7 +192,7 @@ func TestChat(t *testing.T) {
 	// An agent the node lacks is named as such, not taken for a missing
 	// node, and with no Go package prefix.
 	err = runCommand(ctx, []string{"chat", "--url", n.url, "--agent", "nope"}, func(string) string { return "" }, strings.NewReader(""), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), `has no agent "nope"`) || strings.Contains(err.Error(), "actors:") {
+	if err == nil || !strings.Contains(err.Error(), `has no agent "nope" (the agents here are "assistant"`) || strings.Contains(err.Error(), "actors:") {
 		t.Fatalf("chat with an unknown agent: %v", err)
 	}
 }
@@ -303,8 +318,8 @@ func TestSecondNodeOnTheSameDataDirectory(t *testing.T) {
 }
 
 // The README's curl commands work on a node, twice in a row: the second
-// run sends a new message (a fresh ID), and the bounded stream returns
-// once the session is idle.
+// run sends a new message (a fresh ID), and the bounded stream shows that
+// turn only, and returns once the session is idle.
 func TestREADMECommandsRunTwice(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("bash is not installed; run: go test ./cmd/node -run TestREADMECommandsRunTwice")
@@ -341,6 +356,15 @@ func TestREADMECommandsRunTwice(t *testing.T) {
 		}
 		if strings.Contains(string(out), `"error":{`) {
 			t.Fatalf("run %d printed an error:\n%s", run, out)
+		}
+		sends := 0
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "data: ") && strings.Contains(l, `"action":"send"`) {
+				sends++
+			}
+		}
+		if sends != 1 {
+			t.Fatalf("run %d shows %d messages sent, want its own only:\n%s", run, sends, out)
 		}
 	}
 	c, _ := client.New(n.url, defaultAgent, client.Options{})

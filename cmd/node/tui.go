@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"charm.land/bubbles/v2/viewport"
 	tea "charm.land/bubbletea/v2"
 	"charm.land/lipgloss/v2"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/a2-runtime/a2/client"
 	"github.com/a2-runtime/a2/protocol"
@@ -20,7 +22,7 @@ import (
 // above, rebuilt from the session's folded state at every change, so that
 // nothing is ever printed twice or out of place; the inbox as a list below
 // it; an input line that never mixes with the stream; a status line.
-// docs/http.md ("chat") lists the keys.
+// /help and the README's tour list the keys.
 
 const tuiHelp = `enter send · /steer T · /queue T · /pause [now] · /resume · /stop · /retry · /approve · /deny · /quit
 tab: the inbox (↑↓ select, e edit, d remove, K/J move, s send now) · ctrl+r reasoning · pgup/pgdn scroll`
@@ -50,7 +52,23 @@ type (
 		label string
 		id    string
 	}
+	// tickMsg: time passes; notes past their time leave the screen.
+	tickMsg time.Time
 )
+
+// How long a note stays on screen: an acknowledgement briefly, what went
+// wrong longer. The help and the editing hint stay while they apply.
+const (
+	noteTTL  = 8 * time.Second
+	alertTTL = 20 * time.Second
+)
+
+// note is a line under the conversation: an acknowledgement, an error.
+type note struct {
+	key   string // a later note of the same key replaces it ("send: sent", then "send: applied")
+	text  string
+	until time.Time
+}
 
 type tuiModel struct {
 	ctx       context.Context
@@ -66,8 +84,16 @@ type tuiModel struct {
 	sel       int    // the selected inbox item
 	editing   string // the inbox item the input edits ("" none)
 	reasoning bool   // reasoning shown in full
-	notes     []string
-	quitting  bool
+	notes     []note
+	help      bool // the help is shown (until the next line, or esc)
+	// follow: the conversation shows its end as it grows; scrolling up
+	// (pgup) stops it, scrolling back to the end (pgdn) starts it again.
+	follow bool
+	// interrupted is what a Pause now took off the screen: the parts of
+	// the step it cut short (the fold drops them, and Resume runs the step
+	// again from its start), shown dimmed while the turn is paused.
+	interrupted []protocol.Part
+	quitting    bool
 	// viewed, when set, sees every frame rendered (tests read the screen).
 	viewed func(string)
 }
@@ -77,13 +103,15 @@ func newTUI(ctx context.Context, s *client.Session, url string) *tuiModel {
 	in.Prompt = "› "
 	in.Placeholder = "a message, or /help"
 	in.Focus()
-	m := &tuiModel{ctx: ctx, sess: s, url: url, input: in, vp: viewport.New(), width: 80, height: 24, st: s.State()}
-	m.note("session " + s.ID() + " at " + url + " (resume it with --session " + s.ID() + ")")
+	m := &tuiModel{ctx: ctx, sess: s, url: url, input: in, vp: viewport.New(), width: 80, height: 24, st: s.State(), follow: true}
+	m.note("session", "session "+s.ID()+" at "+url+" (resume it with --session "+s.ID()+")", noteTTL)
 	m.layout()
 	return m
 }
 
-func (m *tuiModel) Init() tea.Cmd { return tea.Batch(m.waitChange(), textinput.Blink) }
+func (m *tuiModel) Init() tea.Cmd { return tea.Batch(m.waitChange(), textinput.Blink, tick()) }
+
+func tick() tea.Cmd { return tea.Tick(time.Second, func(t time.Time) tea.Msg { return tickMsg(t) }) }
 
 // waitChange waits for the session's next change: the channel is taken
 // before the state is read, so that no change is missed.
@@ -100,11 +128,21 @@ func (m *tuiModel) waitChange() tea.Cmd {
 	}
 }
 
-func (m *tuiModel) note(s string) {
-	m.notes = append(m.notes, s)
+// note shows text under the conversation for ttl, in place of an earlier
+// note of the same key; at most three notes show.
+func (m *tuiModel) note(key, text string, ttl time.Duration) {
+	m.notes = slices.DeleteFunc(m.notes, func(n note) bool { return n.key == key })
+	m.notes = append(m.notes, note{key: key, text: text, until: time.Now().Add(ttl)})
 	if len(m.notes) > 3 {
 		m.notes = m.notes[len(m.notes)-3:]
 	}
+}
+
+// expire removes the notes past their time; it reports whether any went.
+func (m *tuiModel) expire(now time.Time) bool {
+	n := len(m.notes)
+	m.notes = slices.DeleteFunc(m.notes, func(n note) bool { return now.After(n.until) })
+	return len(m.notes) != n
 }
 
 func (m *tuiModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -113,9 +151,21 @@ func (m *tuiModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height
 		m.layout()
+	case tickMsg:
+		if m.expire(time.Time(msg)) {
+			m.layout()
+		}
+		return m, tick()
 	case changedMsg:
 		cmd := m.waitChange()
+		prev := m.st
 		m.st = m.sess.State()
+		m.trackInterruption(prev)
+		if len(m.st.Inbox.Items) == 0 {
+			// The inbox emptied (its last item sent, removed or
+			// admitted): the keys go back to the input line.
+			m.inbox = false
+		}
 		if err := m.sess.Err(); err != nil {
 			m.err = err
 		}
@@ -124,12 +174,12 @@ func (m *tuiModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case ackMsg:
 		switch {
 		case msg.err != nil:
-			m.note(msg.label + ": not sent: " + msg.err.Error())
+			m.note(msg.label, msg.label+": not sent: "+msg.err.Error(), alertTTL)
 		case msg.res == nil || len(msg.res.Events) == 0:
-			m.note(msg.label + ": nothing to do")
+			m.note(msg.label, msg.label+": nothing to do", noteTTL)
 		default:
 			res, label, id := msg.res, msg.label, msg.res.Events[0].ID
-			m.note(label + ": sent")
+			m.note(label, label+": sent", noteTTL)
 			cmds = append(cmds, func() tea.Msg {
 				select {
 				case <-res.Confirmed():
@@ -141,14 +191,13 @@ func (m *tuiModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.layout()
 	case decidedMsg:
 		st, _ := m.sess.Confirmed()
-		if r := st.Receipt; r != nil && r.CommandID == msg.id {
-			if r.Outcome == protocol.OutcomeRejected {
-				m.note(msg.label + ": rejected: " + r.Reason)
-			} else {
-				m.note(msg.label + ": " + r.Outcome)
-			}
-		} else {
-			m.note(msg.label + ": applied")
+		switch r := st.Receipt; {
+		case r != nil && r.CommandID == msg.id && r.Outcome == protocol.OutcomeRejected:
+			m.note(msg.label, msg.label+": rejected: "+r.Reason, alertTTL)
+		case r != nil && r.CommandID == msg.id:
+			m.note(msg.label, msg.label+": "+r.Outcome+outcomeHint(msg.label, st), noteTTL)
+		default:
+			m.note(msg.label, msg.label+": applied"+outcomeHint(msg.label, st), noteTTL)
 		}
 		m.layout()
 	case tea.KeyPressMsg:
@@ -176,16 +225,22 @@ func (m *tuiModel) key(k tea.KeyPressMsg) (tea.Cmd, bool) {
 	case "pgup", "pgdown":
 		var cmd tea.Cmd
 		m.vp, cmd = m.vp.Update(k)
+		m.follow = m.vp.AtBottom()
 		return cmd, true
 	case "tab":
 		m.inbox = !m.inbox && len(m.st.Inbox.Items) > 0
 		m.layout()
 		return nil, true
 	case "esc":
-		m.inbox, m.editing = false, ""
+		m.inbox, m.editing, m.help = false, "", false
 		m.input.SetValue("")
 		m.layout()
 		return nil, true
+	}
+	if m.inbox && len(m.st.Inbox.Items) == 0 {
+		// Nothing left to select: the key is the input line's.
+		m.inbox = false
+		m.layout()
 	}
 	if m.inbox {
 		return m.inboxKey(k), true
@@ -193,6 +248,7 @@ func (m *tuiModel) key(k tea.KeyPressMsg) (tea.Cmd, bool) {
 	if k.String() == "enter" {
 		line := strings.TrimSpace(m.input.Value())
 		m.input.SetValue("")
+		m.help = false
 		if m.editing != "" {
 			id := m.editing
 			m.editing = ""
@@ -227,7 +283,6 @@ func (m *tuiModel) inboxKey(k tea.KeyPressMsg) tea.Cmd {
 	case "e", "enter":
 		m.editing, m.inbox = it.ID, false
 		m.input.SetValue(messageText(it.Message.Parts))
-		m.note("editing the queued message: enter saves, esc cancels")
 	case "d", "delete", "backspace":
 		return m.push("remove", func(ctx context.Context) (*client.PushResult, error) { return m.sess.QueueRemove(ctx, it.ID) })
 	case "K", "shift+up":
@@ -288,7 +343,7 @@ func (m *tuiModel) submit(line string) tea.Cmd {
 		m.quitting = true
 		return tea.Quit
 	case verb == "/help":
-		m.note(tuiHelp)
+		m.help = true
 		m.layout()
 		return nil
 	case verb == "/steer" && rest != "":
@@ -313,7 +368,7 @@ func (m *tuiModel) submit(line string) tea.Cmd {
 			id = firstApproval(m.st)
 		}
 		if id == "" {
-			m.note(verb + ": no tool call waits for approval")
+			m.note(verb, verb+": no tool call waits for approval", noteTTL)
 			m.layout()
 			return nil
 		}
@@ -322,7 +377,7 @@ func (m *tuiModel) submit(line string) tea.Cmd {
 		}
 		return m.push("deny", func(ctx context.Context) (*client.PushResult, error) { return s.Deny(ctx, id, "denied in chat") })
 	}
-	m.note("unknown command " + verb + "; /help lists them")
+	m.note("unknown", "unknown command "+verb+"; /help lists them", alertTTL)
 	m.layout()
 	return nil
 }
@@ -339,17 +394,88 @@ func firstApproval(st *protocol.AIState) string {
 	return ""
 }
 
-// layout sizes the conversation to what the other lines leave and fills it.
+// layout sizes the conversation to what the other lines leave and fills
+// it; while it follows, it shows the conversation's end, however the lines
+// under it grow or shrink.
 func (m *tuiModel) layout() {
+	m.input.SetWidth(max(m.width-4, 10))
 	below := lipgloss.Height(m.below())
 	m.vp.SetWidth(m.width)
 	m.vp.SetHeight(max(m.height-below, 3))
-	follow := m.vp.AtBottom() || m.vp.TotalLineCount() == 0
-	m.vp.SetContent(renderConversation(m.st, m.width, m.reasoning))
-	if follow {
+	content := renderConversation(m.st, m.width, m.reasoning)
+	if len(m.interrupted) > 0 {
+		content += "\n" + renderInterrupted(m.interrupted, m.width)
+	}
+	m.vp.SetContent(content)
+	if m.follow {
 		m.vp.GotoBottom()
 	}
-	m.input.SetWidth(max(m.width-4, 10))
+}
+
+// trackInterruption keeps what a Pause now took off the screen: the fold
+// drops the partial output of the step it cuts short (Resume runs that
+// step again, a fresh model request), so the parts the previous frame
+// showed beyond the response's remaining ones are kept, and shown, until
+// the turn runs again or ends.
+func (m *tuiModel) trackInterruption(prev *protocol.AIState) {
+	a := m.st.Active
+	if a == nil || a.Phase == protocol.PhaseRunning {
+		m.interrupted = nil
+		return
+	}
+	if len(m.interrupted) > 0 || prev == nil || prev.Active == nil || prev.Active.TurnID != a.TurnID {
+		return
+	}
+	before, now := findMessage(prev, a.ResponseMessageID), findMessage(m.st, a.ResponseMessageID)
+	if before == nil {
+		return
+	}
+	kept := 0
+	if now != nil {
+		kept = len(now.Parts)
+	}
+	if len(before.Parts) > kept {
+		m.interrupted = slices.Clone(before.Parts[kept:])
+	}
+}
+
+// findMessage is the transcript message with the ID, or nil.
+func findMessage(st *protocol.AIState, id string) *protocol.TranscriptMessage {
+	for i := range st.Messages {
+		if st.Messages[i].ID == id {
+			return &st.Messages[i]
+		}
+	}
+	return nil
+}
+
+// renderInterrupted shows the parts of a step that Pause now cut short,
+// dimmed, with what Resume will do.
+func renderInterrupted(parts []protocol.Part, width int) string {
+	w := max(width-2, 20)
+	var b strings.Builder
+	for _, p := range parts {
+		if s := renderPart(p, w, false); s != "" {
+			b.WriteString(ansi.Strip(s) + "\n")
+		}
+	}
+	head := "⏸ paused in the middle of a step; what it had written:"
+	if b.Len() == 0 {
+		head = "⏸ paused in the middle of a step, before it wrote anything."
+	}
+	tail := "/resume runs this step again from its start (a fresh model request)"
+	return styleDim.Render(lipgloss.NewStyle().Width(w).Render(head) + "\n" + strings.TrimRight(b.String(), "\n") + "\n" + lipgloss.NewStyle().Width(w).Render(tail))
+}
+
+// outcomeHint is what follows an applied command, where it is not plain.
+func outcomeHint(label string, st *protocol.AIState) string {
+	switch {
+	case label == "pause "+protocol.PauseNow && st.Active != nil:
+		return " (the step stops; /resume runs it again from its start)"
+	case label == "pause "+protocol.PauseAfterTurn && st.Active != nil:
+		return " (after this turn; messages wait in the inbox until /resume)"
+	}
+	return ""
 }
 
 // below is what the screen shows under the conversation: the inbox, the
@@ -375,8 +501,15 @@ func (m *tuiModel) below() string {
 			b.WriteString(line + "\n")
 		}
 	}
+	wrap := lipgloss.NewStyle().Width(max(m.width, 20))
 	for _, n := range m.notes {
-		b.WriteString(styleNote.Render(truncate(n, m.width*2)) + "\n")
+		b.WriteString(styleNote.Render(wrap.Render(truncate(n.text, m.width*2))) + "\n")
+	}
+	if m.editing != "" {
+		b.WriteString(styleNote.Render(wrap.Render("editing the queued message: enter saves, esc cancels")) + "\n")
+	}
+	if m.help {
+		b.WriteString(styleDim.Render(wrap.Render(tuiHelp)) + "\n")
 	}
 	b.WriteString(m.input.View() + "\n")
 	b.WriteString(styleStatus.Render(truncate(m.status(), m.width)))
@@ -392,6 +525,9 @@ func (m *tuiModel) status() string {
 	phase := m.st.Status
 	if ind := protocol.Indicator(m.st); ind != "" {
 		phase += " · " + ind
+	}
+	if m.st.Inbox.Paused {
+		phase += " · /resume"
 	}
 	return fmt.Sprintf(" %s │ %s │ session %s │ /help ", conn, phase, m.sess.ID())
 }

@@ -29,9 +29,20 @@ const ticketSchema = `{"type":"object","properties":{"ticket":{"type":"string","
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, a2.Options{}); err != nil {
+	if err := run(ctx, options(os.Getenv)); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// options serve beside a node (127.0.0.1:8080, ./data), unless A2_ADDR and A2_DATA say otherwise.
+func options(getenv func(string) string) a2.Options {
+	or := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	return a2.Options{Addr: or("A2_ADDR", "127.0.0.1:8090"), Data: or("A2_DATA", "./data-helpdesk")}
 }
 
 func run(ctx context.Context, o a2.Options) error {

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,14 +21,8 @@ import (
 // reducer's state shows it.
 func TestHelpdeskServesATurn(t *testing.T) {
 	dir := t.TempDir()
-	script := filepath.Join(dir, "script.json")
-	if err := os.WriteFile(script, []byte(`{"replies":[{"match":"T-7","toolCalls":[
-		{"id":"c1","name":"lookup_ticket","input":{"ticket":"T-7"}},
-		{"id":"c2","name":"escalate_ticket","input":{"ticket":"T-7"}}],
-		"then":{"text":"T-7 is escalated."}}]}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("A2_SCRIPT", script)
+	// The script the example ships, which docs/embedding.md runs it with.
+	t.Setenv("A2_SCRIPT", "script.json")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +77,7 @@ func TestHelpdeskServesATurn(t *testing.T) {
 			outputs[p.ToolNameOf()] = string(p.Output)
 		}
 	}
-	if text != "T-7 is escalated." || outputs["escalate_ticket"] != `{"paged":true}` || outputs["lookup_ticket"] == "" {
+	if !strings.HasSuffix(text, "the on-call engineer is paged.") || outputs["escalate_ticket"] != `{"paged":true}` || outputs["lookup_ticket"] == "" {
 		t.Fatalf("the answer %q with tool outputs %v", text, outputs)
 	}
 	resp, err := http.Get(url + "/v1/agents/helpdesk/sessions/ticket-chat/state")
@@ -101,5 +95,18 @@ func TestHelpdeskServesATurn(t *testing.T) {
 	}
 	if len(body.State.Escalated) != 1 || body.State.Escalated[0] != "T-7" {
 		t.Fatalf("the reducer's state lists %v escalated, want [T-7]", body.State.Escalated)
+	}
+}
+
+// The example runs beside a node: its address and data directory are not
+// the node's (127.0.0.1:8080, ./data), unless the environment says so.
+func TestHelpdeskRunsBesideANode(t *testing.T) {
+	o := options(func(string) string { return "" })
+	if o.Addr == "127.0.0.1:8080" || o.Data == "./data" || o.Addr == "" || o.Data == "" {
+		t.Fatalf("the example's defaults are the node's: %+v", o)
+	}
+	env := map[string]string{"A2_ADDR": "127.0.0.1:9999", "A2_DATA": "/tmp/x"}
+	if o := options(func(k string) string { return env[k] }); o.Addr != "127.0.0.1:9999" || o.Data != "/tmp/x" {
+		t.Fatalf("A2_ADDR and A2_DATA are not taken: %+v", o)
 	}
 }

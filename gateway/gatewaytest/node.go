@@ -119,6 +119,11 @@ func Start(t testing.TB, o Options) *Node {
 		startCluster(t, n.Member, n.ClusterGateway, n.Runtime)
 		router = n.ClusterGateway.Router()
 		o.Gateway.ClusterStatus = func() any { return n.ClusterGateway.Status() }
+		if len(o.Gateway.Agents) == 0 { // the cluster's router does not list them
+			for _, a := range agents {
+				o.Gateway.Agents = append(o.Gateway.Agents, a.Name())
+			}
+		}
 	}
 	if o.Wrap != nil {
 		router = o.Wrap(router)

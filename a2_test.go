@@ -1,0 +1,222 @@
+package a2_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2"
+	"github.com/a2-runtime/a2/actors"
+	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
+)
+
+// The first agent of the README and of docs/embedding.md is a whole
+// program that compiles as it is: no name left undefined.
+func TestFirstAgentInTheDocsCompiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles the docs' programs; run: go test -run TestFirstAgentInTheDocsCompiles .")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not on PATH; run: go test -run TestFirstAgentInTheDocsCompiles .")
+	}
+	repo, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gosum, err := os.ReadFile("go.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range []struct{ file, section string }{
+		{"README.md", "### Your own agent in Go"},
+		{"docs/embedding.md", "## A first agent"},
+	} {
+		t.Run(doc.file, func(t *testing.T) {
+			b, err := os.ReadFile(doc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, rest, ok := strings.Cut(string(b), doc.section+"\n")
+			if !ok {
+				t.Fatalf("%s has no section %q", doc.file, doc.section)
+			}
+			_, block, ok := strings.Cut(rest, "```go\n")
+			if !ok {
+				t.Fatalf("%s's section %q has no Go block", doc.file, doc.section)
+			}
+			block, _, _ = strings.Cut(block, "```")
+			if !strings.HasPrefix(block, "package main\n") {
+				t.Fatalf("%s's first agent is not a whole program (package main):\n%s", doc.file, block)
+			}
+			// A module of its own that requires this one, with this one's
+			// requirements, so that it builds offline from the module cache.
+			dir := t.TempDir()
+			mod := regexp.MustCompile(`(?m)^module .*$`).ReplaceAllString(string(gomod), "module firstagent") +
+				"\nrequire github.com/a2-runtime/a2 v0.0.0\n\nreplace github.com/a2-runtime/a2 => " + repo + "\n"
+			for name, content := range map[string]string{"go.mod": mod, "go.sum": string(gosum), "main.go": block} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, goBin, "vet", ".")
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s's first agent does not compile: %v\n%s\n%s", doc.file, err, out, block)
+			}
+		})
+	}
+}
+
+// Serve says where it serves, and how to chat with each agent.
+func TestServeSaysHowToChat(t *testing.T) {
+	agent, err := a2.NewAgent(actors.AgentOptions{Name: "greeter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- a2.Serve(ctx, a2.Options{Listener: ln, Data: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			Ready: func(url string) { ready <- url }}, agent)
+	}()
+	var url string
+	select {
+	case url = <-ready:
+	case err := <-served:
+		t.Fatalf("Serve: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve never got ready")
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if want := "go run ./cmd/node chat --url " + url + " --agent greeter"; !strings.Contains(logs.String(), want) {
+		t.Fatalf("Serve's logs lack %q:\n%s", want, logs.String())
+	}
+}
+
+// A data directory another program holds is named, with what to do, not
+// answered with Pebble's "resource temporarily unavailable".
+func TestServeOnADataDirectoryInUse(t *testing.T) {
+	dir := t.TempDir()
+	// Another process holds it (within one process Pebble says so in
+	// other words): this test's binary, as TestHoldDataDirectory.
+	holder := exec.Command(os.Args[0], "-test.run=^TestHoldDataDirectory$")
+	holder.Env = append(os.Environ(), "A2_TEST_HOLD_DIR="+dir)
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); _ = holder.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "held") {
+		t.Fatalf("the holder process: %q %v", line, err)
+	}
+	agent, err := a2.NewAgent(actors.AgentOptions{Name: "greeter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	err = a2.Serve(context.Background(), a2.Options{Listener: ln, Data: dir, Logger: slog.New(slog.DiscardHandler)}, agent)
+	if err == nil || !strings.Contains(err.Error(), "is using the data directory "+dir) || strings.Contains(err.Error(), "resource temporarily unavailable") {
+		t.Fatalf("Serve on a held data directory: %v", err)
+	}
+}
+
+// TestHoldDataDirectory is TestServeOnADataDirectoryInUse's other process:
+// it holds the Pebble store in A2_TEST_HOLD_DIR until its standard input
+// closes.
+func TestHoldDataDirectory(t *testing.T) {
+	dir := os.Getenv("A2_TEST_HOLD_DIR")
+	if dir == "" {
+		t.Skip("the other process of TestServeOnADataDirectoryInUse")
+	}
+	s, err := pebblestore.Open(dir, pebblestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fmt.Println("held")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// What go build leaves in the repository (go build -o a2 ./cmd/node, go
+// build ./cmd/node) and the example's data stay out of git status.
+func TestBuildOutputsAreIgnored(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	if err := exec.Command("git", "rev-parse", "--is-inside-work-tree").Run(); err != nil {
+		t.Skip("not a git checkout")
+	}
+	for _, path := range []string{"a2", "node", "tracetree", "loadgen", "helpdesk", "cmd/node/node", "examples/helpdesk/helpdesk", "data-helpdesk/000001.log", "data/MANIFEST"} {
+		if err := exec.Command("git", "check-ignore", "--no-index", "-q", path).Run(); err != nil {
+			t.Errorf("git does not ignore %s (.gitignore)", path)
+		}
+	}
+}
+
+// An agent with neither a name nor a contract is refused with a message
+// that shows the option to set.
+func TestNewAgentWithoutAName(t *testing.T) {
+	_, err := a2.NewAgent(actors.AgentOptions{})
+	if err == nil || !strings.Contains(err.Error(), `Name: "support"`) {
+		t.Fatalf("NewAgent without a name: %v", err)
+	}
+}
