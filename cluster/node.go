@@ -390,9 +390,28 @@ func (n *Node) onNodes(nodes []gossip.Meta) {
 	}
 	n.view.Store(v)
 	close(old.changed)
+	n.logGone(old.all, nodes)
 	if n.cfg.Role == RoleMember && n.provider != nil {
 		n.quorum.observe(n.provider.Membership())
 		n.askQuorum()
+	}
+}
+
+// logGone says which members of before are not in now, in A2's own words
+// (protoactor logs only its lost connections): one that was leaving left;
+// any other was declared dead by the gossip, and its sessions go to the
+// members the hash places them on now, once its lease lapses.
+func (n *Node) logGone(before, now []gossip.Meta) {
+	for _, m := range before {
+		if !slices.Contains(m.Kinds, KindSession) || slices.ContainsFunc(now, func(o gossip.Meta) bool { return o.ID == m.ID }) {
+			continue
+		}
+		if m.Status == gossip.StatusLeaving {
+			n.cfg.Logger.Info("a member left the cluster", "member", m.ID, "remote", m.Address())
+			continue
+		}
+		n.cfg.Logger.Warn("a member is gone: the gossip declared it dead; its sessions are served by the members the hash places them on now, once its lease lapses (those with work resume on their own)",
+			"member", m.ID, "remote", m.Address(), "leaseTTL", n.cfg.LeaseTTL)
 	}
 }
 

@@ -779,6 +779,7 @@ func TestClusterOfProcesses(t *testing.T) {
 		}
 		f := followLongTurn(t, ctx, gw.url, session)
 		next := f.next
+		victimID := victim.status(t).Self.ID
 		if err := victim.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
@@ -796,6 +797,23 @@ func TestClusterOfProcesses(t *testing.T) {
 		}
 		t.Logf("%s killed; its session %s answered again %v after the kill, the turn completed %v after it",
 			victim.name, session, firstAfter.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+		// The survivors say, in A2's words, which member is gone (not only
+		// protoactor's lost connections).
+		for _, m := range members {
+			if m == victim {
+				continue
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				b, _ := os.ReadFile(m.log)
+				if strings.Contains(string(b), "a member is gone") && strings.Contains(string(b), victimID) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s's log does not say that %s (%s) is gone:\n%s", m.name, victim.name, victimID, tail(string(b), 20))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 		// The session nobody follows was resumed by its new owner on its own
 		// (the store's index of sessions with work): a survivor has it
 		// active before anyone asks about it.
