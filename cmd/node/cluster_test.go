@@ -105,6 +105,33 @@ func startClusterProcEnv(t testing.TB, name, httpAddr string, env []string, args
 // bind).
 var errPortTaken = errors.New("a port picked for it was taken")
 
+// run starts cmd as p's process, its output to p's log, with the cluster
+// tests' admin token and env; it is killed (by its PID) when the test
+// ends, and its log's tail is shown when the test failed (or always, with
+// A2_CLUSTER_TEST_LOGS set).
+func (p *clusterProc) run(t testing.TB, cmd *exec.Cmd, env []string) {
+	t.Helper()
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = cmd
+	p.cmd.Env = append(append(os.Environ(), "A2_ADMIN_TOKEN=cluster-test"), env...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() || os.Getenv("A2_CLUSTER_TEST_LOGS") != "" {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("--- log of %s ---\n%s", p.name, tail(string(b), 80))
+		}
+	})
+}
+
 // launchClusterProc starts a node process and waits until it serves; an
 // exit before that is an error with its log, errPortTaken when it could
 // not bind a port.
@@ -119,25 +146,7 @@ func launchClusterProc(t testing.TB, name, httpAddr string, env []string, args .
 			p.gossip = args[i+1]
 		}
 	}
-	logf, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(nodeBinary(t), append([]string{"--addr", httpAddr}, args...)...)
-	p.cmd.Env = append(append(os.Environ(), "A2_ADMIN_TOKEN=cluster-test"), env...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			b, _ := os.ReadFile(p.log)
-			t.Logf("--- log of %s ---\n%s", name, tail(string(b), 60))
-		}
-	})
+	p.run(t, exec.Command(nodeBinary(t), append([]string{"--addr", httpAddr}, args...)...), env)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if resp, err := http.Get(p.url + "/healthz"); err == nil {

@@ -248,26 +248,8 @@ func (l *netLab) start(name string, args ...string) *clusterProc {
 	n := l.nodes[name]
 	p := &clusterProc{name: name, url: "http://" + n.ip + ":8080", gossip: n.ip + ":7946",
 		log: filepath.Join(t.TempDir(), name+".log"), exited: make(chan struct{})}
-	logf, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
 	argv := append([]string{"netns", "exec", n.ns, nodeBinary(t), "--addr", n.ip + ":8080", "--bind", p.gossip}, args...)
-	p.cmd = exec.Command("ip", argv...) // ip execs the node in the namespace: the PID is the node's
-	p.cmd.Env = append(os.Environ(), "A2_ADMIN_TOKEN=cluster-test")
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() || os.Getenv("A2_CLUSTER_TEST_LOGS") != "" {
-			b, _ := os.ReadFile(p.log)
-			t.Logf("--- log of %s ---\n%s", name, tail(string(b), 80))
-		}
-	})
+	p.run(t, exec.Command("ip", argv...), nil) // ip execs the node in the namespace: the PID is the node's
 	hc := &http.Client{Timeout: time.Second}
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if resp, err := hc.Get(p.url + "/healthz"); err == nil {
