@@ -547,6 +547,23 @@ func waitSteppedDown(t *testing.T, p *clusterProc, since time.Time, within time.
 	}
 }
 
+// servedAgainAndSteppedDown waits until every session of cut is served
+// again through url (servedWithin), fails unless that took at most 3 s of
+// the cut (the bound), and waits for m3 to step down, logging both
+// after what.
+func (c *partitionCluster) servedAgainAndSteppedDown(url string, cut []string, busy map[string]bool, what string) cluster.Status {
+	t := c.t
+	t.Helper()
+	worst := c.servedWithin(url, cut, busy)
+	t.Logf("%s within %v of the cut", what, worst.Round(time.Millisecond))
+	if worst > 3*time.Second {
+		t.Errorf("m3's sessions were served again %v after the cut; want within 3 s", worst.Round(time.Millisecond))
+	}
+	st := waitSteppedDown(t, c.m3, c.cutAt, 5*time.Second)
+	t.Logf("m3 stepped down %v after the cut", st.Quorum.Since.Sub(c.cutAt).Round(time.Millisecond))
+	return st
+}
+
 func TestPartitionOfProcesses(t *testing.T) {
 	needNetLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -605,15 +622,8 @@ func TestPartitionOfProcesses(t *testing.T) {
 		c.cutAt = time.Now()
 		defer lab.heal() // if the test fails before it heals
 		t.Logf("cut at %s", c.cutAt.UTC().Format("15:04:05.000"))
-		worst := c.servedWithin(c.gw.url, cut, busy)
-		t.Logf("symmetric cut of m3 (%d sessions, %d with a turn in flight): every one served again through the majority's gateway within %v of the cut",
-			len(cut), len(busy), worst.Round(time.Millisecond))
-		if worst > 3*time.Second {
-			t.Errorf("m3's sessions were served again %v after the cut; want within 3 s", worst.Round(time.Millisecond))
-		}
-		st := waitSteppedDown(t, c.m3, c.cutAt, 5*time.Second)
-		t.Logf("m3 stepped down %v after the cut and says: %s (lease %s; it sees %d of %d members)",
-			st.Quorum.Since.Sub(c.cutAt).Round(time.Millisecond), st.Quorum.Reason, st.Lease, st.Quorum.Visible, st.Quorum.Known)
+		st := c.servedAgainAndSteppedDown(c.gw.url, cut, busy, fmt.Sprintf("symmetric cut of m3 (%d sessions, %d with a turn in flight): every one served again through the majority's gateway", len(cut), len(busy)))
+		t.Logf("m3 says: %s (lease %s; it sees %d of %d members)", st.Quorum.Reason, st.Lease, st.Quorum.Visible, st.Quorum.Known)
 		if st.Lease != "stepped down" || st.SessionCount != 0 {
 			t.Errorf("m3 stepped down but its lease is %q and it has %d sessions active", st.Lease, st.SessionCount)
 		}
@@ -645,13 +655,7 @@ func TestPartitionOfProcesses(t *testing.T) {
 		lab.cut([]string{"m3", "gw"}, []string{"m1", "m2"})
 		c.cutAt = time.Now()
 		defer lab.heal() // if the test fails before it heals
-		worst := c.servedWithin(c.m1.url, cut, nil)
-		t.Logf("m3 and the gateway cut off from m1 and m2: m3's %d sessions served again through m1 within %v of the cut", len(cut), worst.Round(time.Millisecond))
-		if worst > 3*time.Second {
-			t.Errorf("m3's sessions were served again %v after the cut; want within 3 s", worst.Round(time.Millisecond))
-		}
-		st := waitSteppedDown(t, c.m3, c.cutAt, 5*time.Second)
-		t.Logf("m3 stepped down %v after the cut", st.Quorum.Since.Sub(c.cutAt).Round(time.Millisecond))
+		c.servedAgainAndSteppedDown(c.m1.url, cut, nil, fmt.Sprintf("m3 and the gateway cut off from m1 and m2: m3's %d sessions served again through m1", len(cut)))
 		// The minority's gateway routes to no member: nothing is served
 		// on the minority side.
 		for deadline := time.Now().Add(5 * time.Second); ; {
@@ -687,13 +691,7 @@ func TestPartitionOfProcesses(t *testing.T) {
 		}
 		c.cutAt = time.Now()
 		defer lab.heal() // if the test fails before it heals
-		worst := c.servedWithin(c.gw.url, cut, nil)
-		t.Logf("m3 hears nobody (its own packets still go out): its %d sessions served again through the gateway within %v of the cut", len(cut), worst.Round(time.Millisecond))
-		if worst > 3*time.Second {
-			t.Errorf("m3's sessions were served again %v after the cut; want within 3 s", worst.Round(time.Millisecond))
-		}
-		st := waitSteppedDown(t, c.m3, c.cutAt, 5*time.Second)
-		t.Logf("m3 stepped down %v after the cut", st.Quorum.Since.Sub(c.cutAt).Round(time.Millisecond))
+		c.servedAgainAndSteppedDown(c.gw.url, cut, nil, fmt.Sprintf("m3 hears nobody (its own packets still go out): its %d sessions served again through the gateway", len(cut)))
 		for _, p := range []*clusterProc{c.m1, c.m2} {
 			if st := p.status(t); st.Quorum == nil || st.Quorum.SteppedDown {
 				t.Errorf("%s during the one-way cut: quorum %+v; want serving", p.name, st.Quorum)

@@ -83,10 +83,6 @@ var migrationFiles embed.FS
 // "<last index> <hex of the session ID> <tag of the writing store>".
 const notifyChannel = "a2_events"
 
-// maxNotifyPayload keeps NOTIFY payloads under PostgreSQL's 8000-byte
-// limit; a session with a longer ID (over 3900 bytes) is woken by polling only.
-const maxNotifyPayload = 7900
-
 // migrationLockKey is the advisory lock that serializes migrations of nodes
 // starting together (pg_advisory_xact_lock).
 const migrationLockKey int64 = 0x4132_6d69_6772_6174 // "A2migrat"
