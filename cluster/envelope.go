@@ -14,18 +14,21 @@ import (
 
 // Kinds of envelope (docs/cluster.md, "Messages between nodes").
 const (
-	kindPush        = "push"         // sessionpb.PushRequest -> sessionpb.PushResponse
-	kindState       = "state"        // sessionpb.StateRequest -> sessionpb.StateResponse
-	kindHistory     = "history"      // HistoryRequest -> HistoryResponse
-	kindIdle        = "idle"         // IdleRequest -> IdleResponse
-	kindSubscribe   = "subscribe"    // SubscribeRequest -> SubscribeResponse
-	kindStreamBatch = "stream.batch" // StreamBatch, owner to subscriber
-	kindStreamAck   = "stream.ack"   // StreamAck, subscriber to owner
-	kindStreamEnd   = "stream.end"   // StreamEnd, either way
-	kindActivate    = "activate"     // ActivateRequest -> ActivateResponse
-	kindRelease     = "release"      // ReleaseRequest -> ReleaseResponse
-	kindResult      = "result"       // the answer to a request: its response message
-	kindError       = "error"        // the answer to a request that failed: sessionpb.Error
+	kindPush      = "push"      // sessionpb.PushRequest -> sessionpb.PushResponse
+	kindState     = "state"     // sessionpb.StateRequest -> sessionpb.StateResponse
+	kindHistory   = "history"   // HistoryRequest -> HistoryResponse
+	kindIdle      = "idle"      // IdleRequest -> IdleResponse
+	kindSubscribe = "subscribe" // SubscribeRequest -> SubscribeResponse
+	// SubscribeRequest -> SubscribeResponse: a stream that ends once its
+	// session is idle (StreamBatch.idle)
+	kindSubscribeIdle = "subscribe.idle"
+	kindStreamBatch   = "stream.batch" // StreamBatch, owner to subscriber
+	kindStreamAck     = "stream.ack"   // StreamAck, subscriber to owner
+	kindStreamEnd     = "stream.end"   // StreamEnd, either way
+	kindActivate      = "activate"     // ActivateRequest -> ActivateResponse
+	kindRelease       = "release"      // ReleaseRequest -> ReleaseResponse
+	kindResult        = "result"       // the answer to a request: its response message
+	kindError         = "error"        // the answer to a request that failed: sessionpb.Error
 )
 
 // Error codes of the cluster, besides the runtime's (actors.Code*).

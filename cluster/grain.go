@@ -88,7 +88,7 @@ func (n *Node) serveGrain(c actor.Context, session string, env *clusterpb.Envelo
 			n.endStream(m.Stream)
 		}
 		return
-	case kindPush, kindState, kindIdle, kindHistory, kindSubscribe:
+	case kindPush, kindState, kindIdle, kindHistory, kindSubscribe, kindSubscribeIdle:
 	default:
 		n.cfg.Logger.Warn("refused an envelope of an unknown kind", "kind", env.Kind, "from", sender)
 		respond(badMessage(codeUnsupported, "unknown envelope kind %q", env.Kind))
@@ -172,12 +172,12 @@ func (n *Node) serveRequest(ctx context.Context, session string, env *clusterpb.
 			res.Events = append(res.Events, actors.EventToPB(ev))
 		}
 		return wrap(kindResult, res, time.Time{})
-	case kindSubscribe:
+	case kindSubscribe, kindSubscribeIdle:
 		var m clusterpb.SubscribeRequest
 		if bad := unwrap(env, &m); bad != nil {
 			return bad
 		}
-		if err := n.serveStream(session, &m); err != nil {
+		if err := n.serveStream(session, &m, env.Kind == kindSubscribeIdle); err != nil {
 			return errorEnvelope(err)
 		}
 		return wrap(kindResult, &clusterpb.SubscribeResponse{}, time.Time{})

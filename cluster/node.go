@@ -185,7 +185,8 @@ var (
 	// ErrNoMembers: no live member hosts sessions (yet).
 	ErrNoMembers = fmt.Errorf("%w: no member of the cluster hosts sessions", actors.ErrUnavailable)
 	// ErrUnsupported: the other node does not speak this kind or version.
-	ErrUnsupported = errors.New("cluster: unsupported message")
+	// It wraps errors.ErrUnsupported, which the gateway tests for.
+	ErrUnsupported = fmt.Errorf("cluster: unsupported message: %w", errors.ErrUnsupported)
 )
 
 // view is one node's picture of the cluster, replaced whole on each change.

@@ -110,11 +110,23 @@ func (r Router) History(ctx context.Context, agent, session string, after uint64
 // Subscribe implements gateway.Router: the stream follows the session
 // across moves of its owner (stream.go).
 func (r Router) Subscribe(ctx context.Context, agent, session string, after uint64) (<-chan protocol.Event, <-chan error, error) {
+	return r.subscribe(ctx, agent, session, after, false)
+}
+
+// SubscribeUntilIdle implements gateway.IdleSubscriber: the owner itself
+// ends the stream once the session is idle (kind subscribe.idle), so the
+// stream asks nothing across the hop per event. A member of an older build
+// answers errors.ErrUnsupported (ErrUnsupported wraps it).
+func (r Router) SubscribeUntilIdle(ctx context.Context, agent, session string, after uint64) (<-chan protocol.Event, <-chan error, error) {
+	return r.subscribe(ctx, agent, session, after, true)
+}
+
+func (r Router) subscribe(ctx context.Context, agent, session string, after uint64, untilIdle bool) (<-chan protocol.Event, <-chan error, error) {
 	if _, err := r.agent(agent); err != nil {
 		return nil, nil, err
 	}
 	if err := protocol.ValidateCallerID("session", session); err != nil {
 		return nil, nil, err
 	}
-	return r.n.subscribe(ctx, agent, session, after)
+	return r.n.subscribe(ctx, agent, session, after, untilIdle)
 }

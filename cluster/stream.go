@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,8 @@ import (
 // owning member follows the session on its runtime (history from the store,
 // then the durable live tail, with no gap and no duplicate) and sends the
 // events as StreamBatch messages, in order. The subscriber acknowledges
-// each batch; the owner keeps at most streamWindow batches unacknowledged,
+// every streamAckEvery batches; the owner keeps at most streamWindow
+// batches unacknowledged,
 // so a slow subscriber holds the owner's reads back instead of filling its
 // memory, and sends an empty batch (a heartbeat) after streamHeartbeat
 // without events.
@@ -37,7 +39,11 @@ import (
 // order, whatever happened between.
 
 const (
-	streamWindow    = 16
+	streamWindow = 16
+	// streamAckEvery is how many batches a subscriber takes before it
+	// acknowledges them, in one message: a quarter of the window, so the
+	// owner never waits on an acknowledgement the subscriber holds back.
+	streamAckEvery  = streamWindow / 4
 	streamBatchMax  = 256
 	streamHeartbeat = 2 * time.Second
 	// streamStall is how long a subscriber waits for a batch (a heartbeat
@@ -54,12 +60,20 @@ var errStreamStalled = errors.New("cluster: the subscriber acknowledged nothing 
 type ownerStream struct {
 	n          *Node
 	id         string
+	agent      string
 	session    string
 	subscriber *actor.PID
 	ctx        context.Context
 	stop       context.CancelCauseFunc
 	acked      atomic.Uint64
 	ackc       chan struct{}
+
+	// A stream that ends once its session is idle (kind subscribe.idle):
+	// idleAt is the index the session was seen idle at (0: not yet), asked
+	// the durable index the runtime last answered.
+	untilIdle bool
+	idleAt    uint64
+	asked     uint64
 }
 
 // cancel ends the stream with cause (the subscriber is told, unless it
@@ -71,8 +85,9 @@ var errSubscriberEnded = errors.New("cluster: the subscriber ended the stream")
 
 // serveStream opens a live stream of session for a subscriber; an error
 // refuses it (an unknown agent, a session another agent owns, a session
-// this member does not place).
-func (n *Node) serveStream(session string, m *clusterpb.SubscribeRequest) error {
+// this member does not place). With untilIdle the stream ends once the
+// session is idle (ownerStream.endsAt).
+func (n *Node) serveStream(session string, m *clusterpb.SubscribeRequest, untilIdle bool) error {
 	if err := n.checkSession(m.Agent, session); err != nil {
 		return err
 	}
@@ -90,8 +105,8 @@ func (n *Node) serveStream(session string, m *clusterpb.SubscribeRequest) error 
 		return err
 	default:
 	}
-	st := &ownerStream{n: n, id: m.Stream, session: session, subscriber: actor.NewPID(m.SubscriberAddress, m.SubscriberId),
-		ctx: ctx, stop: stop, ackc: make(chan struct{}, 1)}
+	st := &ownerStream{n: n, id: m.Stream, agent: m.Agent, session: session, subscriber: actor.NewPID(m.SubscriberAddress, m.SubscriberId),
+		ctx: ctx, stop: stop, ackc: make(chan struct{}, 1), untilIdle: untilIdle, asked: m.After}
 	n.mu.Lock()
 	if old, ok := n.streams[st.id]; ok {
 		old.cancel(errSubscriberEnded)
@@ -113,12 +128,16 @@ func (st *ownerStream) run(evs <-chan protocol.Event, errc <-chan error) {
 		st.stop(nil)
 	}()
 	var seq uint64
-	send := func(batch []*sessionpb.Event) {
+	send := func(batch []*sessionpb.Event, idle bool) {
 		seq++
-		n.system.Root.Send(st.subscriber, wrap(kindStreamBatch, &clusterpb.StreamBatch{Stream: st.id, Seq: seq, Events: batch}, time.Time{}))
+		n.system.Root.Send(st.subscriber, wrap(kindStreamBatch, &clusterpb.StreamBatch{Stream: st.id, Seq: seq, Events: batch, Idle: idle}, time.Time{}))
 	}
 	heartbeat := time.NewTicker(streamHeartbeat)
 	defer heartbeat.Stop()
+	if st.startsIdle() {
+		send(nil, true) // idle where the subscriber already is: nothing to send
+		return
+	}
 	sent := false
 	var end error
 loop:
@@ -143,23 +162,28 @@ loop:
 				break loop
 			}
 			batch := []*sessionpb.Event{actors.EventToPB(ev)}
+			idle := st.endsAt(ev)
 		drain:
-			for len(batch) < streamBatchMax {
+			for !idle && len(batch) < streamBatchMax {
 				select {
 				case ev, ok := <-evs:
 					if !ok {
 						break drain
 					}
 					batch = append(batch, actors.EventToPB(ev))
+					idle = st.endsAt(ev)
 				default:
 					break drain
 				}
 			}
-			send(batch)
+			send(batch, idle)
+			if idle {
+				return // the subscriber ends its side on this batch
+			}
 			sent = true
 		case <-heartbeat.C:
 			if !sent {
-				send(nil)
+				send(nil, false)
 			}
 			sent = false
 		case <-st.ctx.Done():
@@ -176,6 +200,59 @@ loop:
 		end = actors.ErrMoved
 	}
 	n.system.Root.Send(st.subscriber, wrap(kindStreamEnd, &clusterpb.StreamEnd{Stream: st.id, Error: actors.ToPBError(end)}, time.Time{}))
+}
+
+// endsAt reports whether a stream that ends once its session is idle ends
+// with ev, the next event it sends: the session was idle at an index at or
+// below ev's. It asks the runtime after each event that can end activity
+// (any but progress) past the index it last answered, as the gateway does
+// for a single node (gateway.serveStream); the runtime's session actor is
+// on this member, so the question crosses no hop.
+func (st *ownerStream) endsAt(ev protocol.Event) bool {
+	switch {
+	case !st.untilIdle:
+		return false
+	case st.idleAt > 0:
+		return ev.Index >= st.idleAt
+	case ev.Type == protocol.TypeGenerationProgress || ev.Index <= st.asked:
+		return false
+	}
+	at, idle, err := st.n.rt.Idle(st.ctx, st.agent, st.session)
+	if err != nil {
+		// The next event asks again; a stream whose session moved ends
+		// with MOVED and is opened again at the new owner.
+		st.n.cfg.Logger.Debug("a stream cannot tell whether its session is idle", "session", st.session, "err", err)
+		return false
+	}
+	st.asked = at
+	if idle {
+		st.idleAt = at
+		return ev.Index >= at
+	}
+	return false
+}
+
+// startsIdle asks, once, whether a stream that ends once its session is
+// idle starts at or past the index the session is idle at: then it ends at
+// once, which it otherwise would only after the session's next event (a
+// stream opened again at a new owner after the last event of a turn, or
+// after the session went idle). Otherwise the answer is where endsAt goes
+// on from, so the stream's first event asks nothing.
+func (st *ownerStream) startsIdle() bool {
+	if !st.untilIdle {
+		return false
+	}
+	at, idle, err := st.n.rt.Idle(st.ctx, st.agent, st.session)
+	if err != nil {
+		return false // the first event asks again
+	}
+	start := st.asked
+	st.asked = at
+	if !idle {
+		return false
+	}
+	st.idleAt = at
+	return at <= start
 }
 
 // ackStream records a subscriber's acknowledgement.
@@ -236,17 +313,22 @@ type subscription struct {
 	self    *actor.PID // the subscriber actor
 	last    uint64     // the last index delivered
 
+	untilIdle bool // the owner ends the stream once the session is idle
+
 	stream string      // the current stream's ID
 	grain  *actor.PID  // the current owner's grain
 	owner  string      // the current owner's member ID
+	acked  uint64      // the last batch of the current stream acknowledged
 	closed atomic.Bool // stop was called (the node stops)
 }
 
 // subscribe opens a stream of session after an index; the channels are
-// those of gateway.Router.Subscribe.
-func (n *Node) subscribe(ctx context.Context, agent, session string, after uint64) (<-chan protocol.Event, <-chan error, error) {
+// those of gateway.Router.Subscribe. With untilIdle the stream ends once
+// the session is idle: the event channel closes after the event it was
+// idle at, with io.EOF on the error channel.
+func (n *Node) subscribe(ctx context.Context, agent, session string, after uint64, untilIdle bool) (<-chan protocol.Event, <-chan error, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &subscription{n: n, agent: agent, session: session, ctx: ctx, cancel: cancel, last: after,
+	s := &subscription{n: n, agent: agent, session: session, ctx: ctx, cancel: cancel, last: after, untilIdle: untilIdle,
 		out: make(chan protocol.Event, 16), errc: make(chan error, 1), in: make(chan *clusterpb.Envelope, 2*streamWindow+4)}
 	s.self = n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		if env, ok := c.Message().(*clusterpb.Envelope); ok {
@@ -274,9 +356,14 @@ func (s *subscription) open() error {
 	n.subs[id] = s
 	n.mu.Unlock()
 	s.stream = id
+	s.acked = 0
 	req := &clusterpb.SubscribeRequest{Agent: s.agent, Session: s.session, After: s.last, Stream: id,
 		SubscriberAddress: s.self.Address, SubscriberId: s.self.Id}
-	owner, err := n.request(s.ctx, s.session, kindSubscribe, req, &clusterpb.SubscribeResponse{})
+	kind := kindSubscribe
+	if s.untilIdle {
+		kind = kindSubscribeIdle
+	}
+	owner, err := n.request(s.ctx, s.session, kind, req, &clusterpb.SubscribeResponse{})
 	if err != nil {
 		return err
 	}
@@ -349,7 +436,14 @@ func (s *subscription) run() {
 						return
 					}
 				}
-				if !resubscribe {
+				if !resubscribe && m.Idle {
+					// The owner ended the stream with this batch.
+					s.grain = nil
+					s.errc <- io.EOF
+					return
+				}
+				if !resubscribe && m.Seq-s.acked >= streamAckEvery {
+					s.acked = m.Seq
 					n.system.Root.Send(s.grain, wrap(kindStreamAck, &clusterpb.StreamAck{Stream: s.stream, Seq: m.Seq}, time.Time{}))
 				}
 			case kindStreamEnd:

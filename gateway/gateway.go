@@ -336,7 +336,7 @@ func (g *Gateway) push(trusted bool) http.HandlerFunc {
 			// event (durable now) until the session is idle, as GET
 			// .../stream?after=N&until=idle would answer; a client that
 			// loses it resumes there with the last index it saw.
-			g.serveStream(w, r, agent, session, stored[0].Index-1, true)
+			g.serveStream(w, r, agent, session, stored[0].Index-1, true, true)
 			return
 		}
 		out := make([]pushedEvent, len(stored))

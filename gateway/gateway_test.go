@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -575,6 +576,47 @@ func TestAPushThatStreams(t *testing.T) {
 	st, index := f.state("s1")
 	if !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) || lastText(st) != "three four five" {
 		t.Fatalf("the stream ended before the turn's last event %d (state %q)", index, lastText(st))
+	}
+}
+
+// olderOwner is a router whose streams cannot end themselves (a cluster
+// whose session owner is of an older build): SubscribeUntilIdle answers
+// errors.ErrUnsupported.
+type olderOwner struct {
+	gateway.Router
+	gateway.IdleReader
+	asked atomic.Int32
+}
+
+func (o *olderOwner) SubscribeUntilIdle(context.Context, string, string, uint64) (<-chan protocol.Event, <-chan error, error) {
+	o.asked.Add(1)
+	return nil, nil, fmt.Errorf("the owner is of an older build: %w", errors.ErrUnsupported)
+}
+
+// A router that cannot serve a stream that ends itself once the session is
+// idle (gateway.IdleSubscriber answering errors.ErrUnsupported) is
+// subscribed to plainly, and the gateway asks whether the session is idle
+// itself: a streaming push still ends at idle, with the turn's last event.
+func TestAStreamFallsBackWhereTheRouterCannotEndIt(t *testing.T) {
+	var older *olderOwner
+	f := newFixture(t, `{"default":{"text":"one two"}}`, gateway.Options{}, func(r gateway.Router) gateway.Router {
+		older = &olderOwner{Router: r, IdleReader: r.(gateway.IdleReader)}
+		return older
+	})
+	resp, got := readBounded(t, http.MethodPost, f.URL+sessionsPath+"s1/events?stream=1", pushBody(protocol.Inputs.Text("m1", "hi")))
+	if resp.StatusCode != http.StatusOK || !strings.HasSuffix(got, ": idle\n\n") {
+		t.Fatalf("a streaming push over a router that cannot end streams: %d %q", resp.StatusCode, got)
+	}
+	if older.asked.Load() == 0 {
+		t.Fatal("the gateway never asked the router for a stream that ends itself")
+	}
+	_, index := f.state("s1")
+	if !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) {
+		t.Fatalf("the stream ended before the turn's last event %d:\n%s", index, got)
+	}
+	_, got = readBounded(t, http.MethodGet, f.URL+sessionsPath+"s1/stream?until=idle&after=1", "")
+	if !strings.HasSuffix(got, ": idle\n\n") || !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) {
+		t.Fatalf("a bounded stream over a router that cannot end streams: %q", got)
 	}
 }
 

@@ -46,6 +46,17 @@ type IdleReader interface {
 	Idle(ctx context.Context, agent, session string) (index uint64, idle bool, err error)
 }
 
+// IdleSubscriber is a Router whose streams can end themselves once the
+// session is idle: the cluster's, where the session's owner asks its own
+// runtime after each event instead of the gateway asking across a hop.
+// The event channel closes after the event the session was idle at, with
+// io.EOF on the error channel. A router that cannot serve it for a
+// session (a member of an older build) answers errors.ErrUnsupported, and
+// the gateway subscribes and asks IdleReader itself.
+type IdleSubscriber interface {
+	SubscribeUntilIdle(ctx context.Context, agent, session string, after uint64) (<-chan protocol.Event, <-chan error, error)
+}
+
 // RuntimeRouter serves the sessions of one in-process runtime.
 type RuntimeRouter struct {
 	Runtime *actors.Runtime

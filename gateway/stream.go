@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -56,21 +57,24 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	g.serveStream(w, r, agent, session, after, untilIdle)
+	g.serveStream(w, r, agent, session, after, untilIdle, false)
 }
 
 // serveStream answers with the session's stream of events after index
-// after (the stream endpoint's body, and a push's with stream=1), ending
-// once the session is idle when untilIdle is set.
-func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, session string, after uint64, untilIdle bool) {
+// after (the stream endpoint's body, and a push's with stream=1: pushed),
+// ending once the session is idle when untilIdle is set.
+func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, session string, after uint64, untilIdle, pushed bool) {
 	// A router that can tell whether a session is idle without its state
 	// (IdleReader) is asked that; another's state is read and folded.
 	idler, cheap := g.router.(IdleReader)
 	var st *protocol.SessionState
-	var index uint64
+	index := after
 	idle := false
 	var err error
-	if after > 0 || untilIdle {
+	// After a push, a router that answers Idle needs no question first:
+	// after is below the events just pushed, and whether the session is
+	// idle is asked after the first of them (below).
+	if (after > 0 || untilIdle) && !(pushed && cheap) {
 		// A resume point past the log's end would wait for ever for events
 		// it has already "seen": refuse it, with the index to resume from.
 		if cheap {
@@ -93,7 +97,19 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	events, errc, err := g.router.Subscribe(ctx, agent, session, after)
+	// A router whose streams end themselves once the session is idle
+	// (IdleSubscriber: the cluster, where each question would cross a hop)
+	// is asked for such a stream, unless the session was seen idle above.
+	var events <-chan protocol.Event
+	var errc <-chan error
+	routerEnds := false
+	if sub, ok := g.router.(IdleSubscriber); ok && untilIdle && !idle {
+		events, errc, err = sub.SubscribeUntilIdle(ctx, agent, session, after)
+		routerEnds = err == nil
+	}
+	if !routerEnds && (err == nil || errors.Is(err, errors.ErrUnsupported)) {
+		events, errc, err = g.router.Subscribe(ctx, agent, session, after)
+	}
 	if err != nil {
 		g.fail(w, r, err)
 		return
@@ -131,7 +147,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 		if idleAt > 0 {
 			return ev.Index >= idleAt
 		}
-		if ev.Index <= index {
+		if ev.Index <= index || routerEnds {
 			return false
 		}
 		if !cheap {
@@ -186,7 +202,8 @@ func (g *Gateway) startSSE(w http.ResponseWriter) (*bufio.Writer, func() error) 
 
 // pump feeds a subscription's events to each, a batch at a time: every
 // event already there, then one flush; a ": ping" comment keeps an idle
-// stream alive. It returns true once each reports it is done, false when
+// stream alive. It returns true once each reports it is done or the
+// subscription ends with io.EOF (IdleSubscriber), false when
 // the client, the gateway or the subscription ends the stream first; a
 // subscription that failed is reported to failed (not a cancellation).
 func (g *Gateway) pump(ctx context.Context, events <-chan protocol.Event, errc <-chan error, bw *bufio.Writer, flush func() error,
@@ -200,6 +217,9 @@ func (g *Gateway) pump(ctx context.Context, events <-chan protocol.Event, errc <
 				if !ok {
 					select {
 					case err := <-errc:
+						if err == io.EOF {
+							return true // the router ended the stream: the session is idle
+						}
 						if err != nil && !errors.Is(err, context.Canceled) {
 							failed(err)
 						}

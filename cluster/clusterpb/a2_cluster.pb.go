@@ -483,10 +483,13 @@ func (x *SubscribeResponse) GetError() *sessionpb.Error {
 // counts the stream's batches from 1. A batch with no events is a
 // heartbeat.
 type StreamBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Events        []*sessionpb.Event     `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Seq    uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Events []*sessionpb.Event     `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	// idle: the session was idle at this batch's last event, and the stream
+	// (of kind "subscribe.idle") ends with this batch.
+	Idle          bool `protobuf:"varint,4,opt,name=idle,proto3" json:"idle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -540,6 +543,13 @@ func (x *StreamBatch) GetEvents() []*sessionpb.Event {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *StreamBatch) GetIdle() bool {
+	if x != nil {
+		return x.Idle
+	}
+	return false
 }
 
 // StreamAck tells the stream's owner that the subscriber has taken every
@@ -897,11 +907,12 @@ const file_a2_cluster_proto_rawDesc = "" +
 	"\x12subscriber_address\x18\x05 \x01(\tR\x11subscriberAddress\x12#\n" +
 	"\rsubscriber_id\x18\x06 \x01(\tR\fsubscriberId\"?\n" +
 	"\x11SubscribeResponse\x12*\n" +
-	"\x05error\x18\x01 \x01(\v2\x14.a2.session.v1.ErrorR\x05error\"e\n" +
+	"\x05error\x18\x01 \x01(\v2\x14.a2.session.v1.ErrorR\x05error\"y\n" +
 	"\vStreamBatch\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12,\n" +
-	"\x06events\x18\x03 \x03(\v2\x14.a2.session.v1.EventR\x06events\"5\n" +
+	"\x06events\x18\x03 \x03(\v2\x14.a2.session.v1.EventR\x06events\x12\x12\n" +
+	"\x04idle\x18\x04 \x01(\bR\x04idle\"5\n" +
 	"\tStreamAck\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"O\n" +

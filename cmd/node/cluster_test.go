@@ -543,6 +543,44 @@ func TestClusterOfProcesses(t *testing.T) {
 		}
 	})
 
+	// The owner ends these streams itself (subscribe.idle): the gateway
+	// asks no member whether the session is idle after each event.
+	t.Run("a streaming push and a bounded stream through the gateway end at idle", func(t *testing.T) {
+		read := func(method, path, body string) string {
+			t.Helper()
+			rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+			defer rcancel()
+			req, _ := http.NewRequestWithContext(rctx, method, gw.url+"/v1/agents/assistant/sessions/"+path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s %s: %d, %v (the stream did not end by itself within 30 s?): %s", method, path, resp.StatusCode, err, b)
+			}
+			return string(b)
+		}
+		// Six sessions: every member owns some of them, all remote.
+		for i := range 6 {
+			s := fmt.Sprintf("bounded-%d", i)
+			body, _ := json.Marshal(map[string]any{"events": []protocol.Event{protocol.Inputs.Text(s+"-1", "hello")}})
+			got := read(http.MethodPost, s+"/events?stream=1", string(body))
+			var state struct{ Index uint64 }
+			getJSON(t, gw.url+"/v1/agents/assistant/sessions/"+s+"/state", &state)
+			if !strings.HasSuffix(got, ": idle\n\n") || !strings.Contains(got, "event: "+protocol.TypeGenerationCompleted+"\n") ||
+				!strings.Contains(got, fmt.Sprintf("id: %d\n", state.Index)) {
+				t.Fatalf("%s: the streaming push did not run to the turn's last event %d and end at idle:\n%s", s, state.Index, got)
+			}
+			// From the idle index: an end at once, with no event.
+			if got := read(http.MethodGet, fmt.Sprintf("%s/stream?until=idle&after=%d", s, state.Index), ""); !strings.HasSuffix(got, ": idle\n\n") || strings.Contains(got, "id: ") {
+				t.Fatalf("%s: a bounded stream from the idle index %d: %q", s, state.Index, got)
+			}
+		}
+	})
+
 	t.Run("fifty sessions routed by session ID and spread over the members", func(t *testing.T) {
 		for _, s := range sessions {
 			if code, body, err := pushText(gw.url, s, s+"-1", "hello"); err != nil || code != http.StatusOK {

@@ -1,0 +1,105 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// drain reads a stream to its end (the event channel closed), within 15 s,
+// and answers its events and the error that ended it.
+func drain(t *testing.T, evs <-chan protocol.Event, errc <-chan error) ([]protocol.Event, error) {
+	t.Helper()
+	var got []protocol.Event
+	timeout := time.After(15 * time.Second)
+	for {
+		select {
+		case ev, ok := <-evs:
+			if !ok {
+				select {
+				case err := <-errc:
+					return got, err
+				default:
+					return got, nil
+				}
+			}
+			got = append(got, ev)
+		case <-timeout:
+			t.Fatalf("the stream did not end by itself within 15 s; it delivered %d events", len(got))
+		}
+	}
+}
+
+// A stream until idle is ended by the session's owner: the event channel
+// closes after the event the session went idle at, with io.EOF, and the
+// gateway asks nothing across the hop per event. One that starts where the
+// session is idle already ends at once with no event (after the last event
+// of a turn, a stream opened again at a new owner would otherwise wait for
+// the session's next turn). A plain stream goes on past the idle point.
+func TestAStreamUntilIdleEndsAtTheOwner(t *testing.T) {
+	n, rt := startTestMember(t, memberSetup{script: `{"replies":[{"match":"first","text":"one two three","delayMs":20}],"default":{"text":"again"}}`})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := n.Router()
+
+	plainCtx, plainCancel := context.WithCancel(ctx)
+	defer plainCancel()
+	plain, _, err := r.Subscribe(plainCtx, "assistant", "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Push(ctx, "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m1", "first")}, false); err != nil {
+		t.Fatal(err)
+	}
+	evs, errc, err := r.SubscribeUntilIdle(ctx, "assistant", "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, end := drain(t, evs, errc)
+	if !errors.Is(end, io.EOF) {
+		t.Fatalf("the stream ended with %v, want io.EOF (the owner ended it at idle)", end)
+	}
+	at, idle, err := rt.Idle(ctx, "assistant", "s1")
+	if err != nil || !idle {
+		t.Fatalf("the session after the stream's end: idle %v at %d (%v), want idle", idle, at, err)
+	}
+	for i, ev := range got {
+		if ev.Index != uint64(i+1) {
+			t.Fatalf("event %d has index %d, want %d", i, ev.Index, i+1)
+		}
+	}
+	if len(got) == 0 || got[len(got)-1].Index != at {
+		t.Fatalf("the stream delivered %d events, ending before the idle index %d", len(got), at)
+	}
+	if got[len(got)-1].Type != protocol.TypeGenerationCompleted {
+		t.Fatalf("the stream's last event is %s, want the turn's completion", got[len(got)-1].Type)
+	}
+
+	// Where the session is idle already: an end at once, nothing delivered.
+	evs, errc, err = r.SubscribeUntilIdle(ctx, "assistant", "s1", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, end := drain(t, evs, errc); len(got) != 0 || !errors.Is(end, io.EOF) {
+		t.Fatalf("a stream from the idle index %d: %d events, ended with %v; want none and io.EOF", at, len(got), end)
+	}
+
+	// The plain stream saw the first turn and goes on into the second.
+	if _, err := r.Push(ctx, "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m2", "second")}, false); err != nil {
+		t.Fatal(err)
+	}
+	for want := uint64(1); want <= at+1; want++ {
+		select {
+		case ev := <-plain:
+			if ev.Index != want {
+				t.Fatalf("the plain stream: index %d, want %d", ev.Index, want)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("the plain stream stopped before index %d (the first turn was idle at %d)", want, at)
+		}
+	}
+}
