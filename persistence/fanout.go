@@ -152,9 +152,11 @@ func (f *Fanout) remember(session string, batch []protocol.Event, size int) {
 		f.recentTotal -= len(r.events[drop].Payload)
 		drop++
 	}
-	if drop > 0 {
-		r.events = append([]protocol.Event(nil), r.events[drop:]...)
-	}
+	// Dropped from the front by slicing: the next append that outgrows the
+	// array copies only the events kept (a copy here, per batch, was a
+	// tenth of a member's CPU). Events in the array are never written
+	// again, so a tail's slice of them (recentAfter) stays as it was.
+	r.events = r.events[drop:]
 }
 
 // Lagged tells the session's tails that it was written elsewhere: each
