@@ -243,6 +243,7 @@ func (g *Gateway) chatStream(w http.ResponseWriter, r *http.Request, agent, sess
 	}
 	w.Header().Set("X-Vercel-AI-UI-Message-Stream", "v1")
 	bw, flush := g.startSSE(w)
+	defer endSSE(bw)
 	write := func(chunks []protocol.UIMessageChunk) {
 		for _, ch := range chunks {
 			b, err := json.Marshal(ch)
