@@ -72,6 +72,10 @@ const (
 	RoleGateway = "gateway"
 )
 
+// endpointQueue is the initial size of the queue of messages to each peer
+// (remote.WithEndpointWriterQueueSize).
+const endpointQueue = 1024
+
 // Names of the actors every node has at a well-known PID.
 const (
 	activatorName = "a2-activator"
@@ -327,7 +331,11 @@ func (n *Node) Start(ctx context.Context, rt *actors.Runtime) error {
 	if err := n.provider.Start(ctx); err != nil {
 		return err
 	}
-	rcfg := remote.Configure(host, port, remote.WithAdvertisedHost(net.JoinHostPort(advHost, strconv.Itoa(advPort))))
+	// The endpoint writer's queue starts at endpointQueue slots (it doubles
+	// when full): protoactor's default, a million, is 16 MB of pointers per
+	// peer that the garbage collector scans in every cycle.
+	rcfg := remote.Configure(host, port, remote.WithAdvertisedHost(net.JoinHostPort(advHost, strconv.Itoa(advPort))),
+		remote.WithEndpointWriterQueueSize(endpointQueue))
 	var opts []protocluster.ConfigOption
 	if n.cfg.Role == RoleMember {
 		opts = append(opts, protocluster.WithKinds(protocluster.NewKind(KindSession,

@@ -388,6 +388,11 @@ func (p *Provider) start(ctx context.Context) (*memberlist.Memberlist, []byte, e
 	// still needs no acks for SuspicionMult probe intervals, and the
 	// suspected node refutes it by gossip.
 	mc.AwarenessMaxMultiplier = 1
+	// Gossip messages are small and go over a LAN: LZW compressing each
+	// cost a gateway more allocation than its SSE encoding under load. A
+	// member decodes a compressed message whatever its own setting, so
+	// nodes of either setting mix.
+	mc.EnableCompression = false
 	mc.Delegate = delegate{p}
 	mc.Events = events{p}
 	mc.Alive = alive{p}
