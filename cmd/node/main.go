@@ -469,7 +469,15 @@ func openStore(ctx context.Context, cfg config, logger *slog.Logger) (store pers
 		return nil, "--store", fmt.Errorf("--store (A2_STORE) must be a postgres:// URL")
 	}
 	where = u.Redacted()
-	s, err := pgstore.Open(ctx, cfg.store, pgstore.Options{})
+	var opts pgstore.Options
+	if cfg.cluster.role == cluster.RoleMember {
+		// A member shares the database with the cluster's other members:
+		// one group in flight each keeps the members' groups larger, and
+		// the database's transactions fewer, than a single node's two
+		// (docs/cluster.md, "Group commit in a cluster").
+		opts.Committers = 1
+	}
+	s, err := pgstore.Open(ctx, cfg.store, opts)
 	if err != nil {
 		return nil, where, err
 	}
