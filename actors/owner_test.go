@@ -224,3 +224,21 @@ func TestAClaimIsLookedUpOnce(t *testing.T) {
 	}
 	refused(t, rt, "sales", "s1", "support")
 }
+
+// A session's claim: the first agent's stands, a second agent is told the
+// session is owned (not the store's raw conflict), and the first may claim
+// it again (mutant owner.go:79).
+func TestClaimSession(t *testing.T) {
+	f := newFixture(t, `{}`, nil)
+	ctx := context.Background()
+	if err := claimSession(ctx, f.store, "support", "c1"); err != nil {
+		t.Fatalf("the first claim: %v", err)
+	}
+	err := claimSession(ctx, f.store, "sales", "c1")
+	if !errors.Is(err, ErrSessionOwned) {
+		t.Fatalf("another agent's claim: %v, want ErrSessionOwned", err)
+	}
+	if err := claimSession(ctx, f.store, "support", "c1"); err != nil && errors.Is(err, ErrSessionOwned) {
+		t.Fatalf("the owner's second claim: %v", err)
+	}
+}

@@ -131,3 +131,21 @@ func TestStateOfAnUnknownSessionActivatesNothing(t *testing.T) {
 		t.Fatalf("State after a push: index %d, %v", idx, err)
 	}
 }
+
+// A session whose handler succeeded is idle once the completion is
+// folded: it passivates like any other (mutant handlers.go:88).
+func TestASessionPassivatesAfterItsHandlerSucceeded(t *testing.T) {
+	f := handlerFixture(t, func(context.Context, protocol.Event) error { return nil })
+	f.flag("h1", "flag-1")
+	if done := f.handled("h1"); len(done) != 1 {
+		t.Fatalf("%d handler completions, want 1", len(done))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for f.rt.IsActive("h1") {
+		f.rt.PassivateIdle()
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not passivate after its handler succeeded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

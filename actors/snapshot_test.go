@@ -326,3 +326,101 @@ func TestResolverReadsTheWholeStateAtTheFrontier(t *testing.T) {
 	check("the read after a push", receive(t, reads, "the late read"), late[0].Index)
 	f.waitFor("s1", "the queued turn", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 8 })
 }
+
+// A session snapshots after SnapshotBytes bytes of payloads even when
+// SnapshotEvery is far off (mutant session.go:773).
+func TestSnapshotAfterSnapshotBytes(t *testing.T) {
+	snapshotted := func(opts Options) bool {
+		t.Helper()
+		f := newFixtureWith(t, `{"default":{"text":"an answer long enough to carry a few hundred bytes of payload in its progress events, word after word after word"}}`, opts)
+		f.push("s1", protocol.Inputs.Text("m1", "hi"))
+		f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+		// The snapshot is saved off the actor's goroutine: wait for it
+		// (bounded).
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, found, err := f.store.LoadSnapshot(context.Background(), "s1", f.agent.contract.ReducerName())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if found || time.Now().After(deadline) {
+				return found
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if !snapshotted(Options{SnapshotEvery: 1 << 20, SnapshotBytes: 200}) {
+		t.Fatal("no snapshot after more than SnapshotBytes of payloads")
+	}
+}
+
+// replay restores the snapshot at an activation (upTo 0) and for a
+// boundary read at or after the snapshot, and ignores one taken after the
+// boundary (mutants session.go:381, 383 twice).
+func TestReplayRestoresTheSnapshotItMay(t *testing.T) {
+	f := newFixture(t, `{"default":{"text":"ok"}}`, nil)
+	f.push("s1", protocol.Inputs.Text("m1", "hi"))
+	f.waitFor("s1", "the answer", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+	ctx := context.Background()
+	c := f.agent.contract
+	st, last, err := f.rt.State(ctx, "assistant", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A snapshot at the log's end that says something the log does not:
+	// whoever restores it shows the marker.
+	st.AI.Messages = append(st.AI.Messages, protocol.TranscriptMessage{ID: "from-the-snapshot", Role: protocol.RoleUser,
+		Parts: []protocol.Part{{Type: protocol.PartText, Text: "marker"}}})
+	b, err := st.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.SaveSnapshot(ctx, persistence.Snapshot{Session: "s1", Reducer: c.ReducerName(), Index: last, State: b}); err != nil {
+		t.Fatal(err)
+	}
+	restored := func(upTo uint64) (bool, uint64) {
+		t.Helper()
+		got, at, err := replay(ctx, f.store, c, "s1", upTo, func(msg string, err error) { t.Errorf("%s: %v", msg, err) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range got.AI.Messages {
+			if m.ID == "from-the-snapshot" {
+				return true, at
+			}
+		}
+		return false, at
+	}
+	if ok, at := restored(0); !ok || at != last {
+		t.Fatalf("an activation did not restore the snapshot (restored %v, at %d of %d)", ok, at, last)
+	}
+	if ok, _ := restored(last); !ok {
+		t.Fatal("a boundary read at the snapshot's index did not restore it")
+	}
+	if ok, at := restored(last - 1); ok || at != last-1 {
+		t.Fatalf("a boundary read before the snapshot restored it (restored %v, at %d)", ok, at)
+	}
+}
+
+// A snapshot is due after SnapshotEvery events or SnapshotBytes bytes, and
+// only once the payloads since the last one add up to its size (mutants:
+// each clause of snapshotDue dropped or inverted).
+func TestSnapshotDue(t *testing.T) {
+	o := Options{SnapshotEvery: 1000, SnapshotBytes: 4 << 20}
+	for _, c := range []struct {
+		events, bytes, last int
+		want                bool
+	}{
+		{999, 100, 0, false},                // neither count nor bytes
+		{1000, 100, 0, true},                // the count, first snapshot
+		{10, 4 << 20, 0, true},              // the bytes
+		{1000, 300 << 10, 600 << 10, false}, // the count, but less log than the last snapshot
+		{1000, 600 << 10, 600 << 10, true},  // the count and as much log as the last snapshot
+		{10, 4 << 20, 5 << 20, false},       // the bytes, but a larger state
+		{10, 5 << 20, 5 << 20, true},
+	} {
+		if got := snapshotDue(o, c.events, c.bytes, c.last); got != c.want {
+			t.Errorf("snapshotDue(%d events, %d bytes, last %d) = %v, want %v", c.events, c.bytes, c.last, got, c.want)
+		}
+	}
+}
