@@ -22,13 +22,16 @@ const (
 	// SubscribeRequest -> SubscribeResponse: a stream that ends once its
 	// session is idle (StreamBatch.idle)
 	kindSubscribeIdle = "subscribe.idle"
-	kindStreamBatch   = "stream.batch" // StreamBatch, owner to subscriber
-	kindStreamAck     = "stream.ack"   // StreamAck, subscriber to owner
-	kindStreamEnd     = "stream.end"   // StreamEnd, either way
-	kindActivate      = "activate"     // ActivateRequest -> ActivateResponse
-	kindRelease       = "release"      // ReleaseRequest -> ReleaseResponse
-	kindResult        = "result"       // the answer to a request: its response message
-	kindError         = "error"        // the answer to a request that failed: sessionpb.Error
+	// PushStreamRequest -> sessionpb.PushResponse: a push and, once it is
+	// durable, a subscribe.idle stream from its first event
+	kindPushStream  = "push.stream"
+	kindStreamBatch = "stream.batch" // StreamBatch, owner to subscriber
+	kindStreamAck   = "stream.ack"   // StreamAck, subscriber to owner
+	kindStreamEnd   = "stream.end"   // StreamEnd, either way
+	kindActivate    = "activate"     // ActivateRequest -> ActivateResponse
+	kindRelease     = "release"      // ReleaseRequest -> ReleaseResponse
+	kindResult      = "result"       // the answer to a request: its response message
+	kindError       = "error"        // the answer to a request that failed: sessionpb.Error
 )
 
 // Error codes of the cluster, besides the runtime's (actors.Code*).

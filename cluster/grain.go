@@ -88,7 +88,7 @@ func (n *Node) serveGrain(c actor.Context, session string, env *clusterpb.Envelo
 			n.endStream(m.Stream)
 		}
 		return
-	case kindPush, kindState, kindIdle, kindHistory, kindSubscribe, kindSubscribeIdle:
+	case kindPush, kindPushStream, kindState, kindIdle, kindHistory, kindSubscribe, kindSubscribeIdle:
 	default:
 		n.cfg.Logger.Warn("refused an envelope of an unknown kind", "kind", env.Kind, "from", sender)
 		respond(badMessage(codeUnsupported, "unknown envelope kind %q", env.Kind))
@@ -113,6 +113,15 @@ func (n *Node) serveGrain(c actor.Context, session string, env *clusterpb.Envelo
 	}()
 }
 
+// pushResponse is the answer to a push: its stored events.
+func pushResponse(stored []protocol.Event) *sessionpb.PushResponse {
+	res := &sessionpb.PushResponse{}
+	for _, ev := range stored {
+		res.Events = append(res.Events, actors.EventToPB(ev))
+	}
+	return res
+}
+
 // serveRequest runs one request on the member's runtime and returns its
 // answer. The runtime's own checks apply as on a single node; a session
 // this member no longer places is answered MOVED (actors.ErrMoved).
@@ -130,11 +139,31 @@ func (n *Node) serveRequest(ctx context.Context, session string, env *clusterpb.
 		if err != nil {
 			return errorEnvelope(err)
 		}
-		res := &sessionpb.PushResponse{}
-		for _, ev := range stored {
-			res.Events = append(res.Events, actors.EventToPB(ev))
+		return wrap(kindResult, pushResponse(stored), time.Time{})
+	case kindPushStream:
+		var m clusterpb.PushStreamRequest
+		if bad := unwrap(env, &m); bad != nil {
+			return bad
 		}
-		return wrap(kindResult, res, time.Time{})
+		if m.Push == nil || m.Subscribe == nil || m.Push.Session != session || m.Subscribe.Agent != m.Push.Agent {
+			return badMessage(codeBadMessage, "a push with a stream for session %q needs a push and a subscription of that session and agent", session)
+		}
+		if m.Subscribe.Stream == "" || m.Subscribe.SubscriberAddress == "" || m.Subscribe.SubscriberId == "" {
+			return badMessage(codeBadMessage, "a push with a stream needs the stream's ID and subscriber")
+		}
+		stored, err := n.rt.Push(ctx, m.Push.Agent, session, actors.EventsFromPB(m.Push.Events), m.Push.Trusted)
+		if err != nil {
+			return errorEnvelope(err)
+		}
+		if len(stored) > 0 {
+			// The push is durable: a failure to open the stream now is
+			// the answer (a retry replays the push and opens it).
+			m.Subscribe.After = stored[0].Index - 1
+			if err := n.serveStream(session, m.Subscribe, true); err != nil {
+				return errorEnvelope(err)
+			}
+		}
+		return wrap(kindResult, pushResponse(stored), time.Time{})
 	case kindState:
 		var m sessionpb.StateRequest
 		if bad := unwrap(env, &m); bad != nil {

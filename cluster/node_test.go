@@ -144,6 +144,12 @@ func TestMemberRefusesBadEnvelopesAndServesTheRouter(t *testing.T) {
 		{"an activation that does not decode", activatorPID, &clusterpb.Envelope{Version: version, Kind: kindActivate, Body: garbage}, codeBadMessage},
 		{"a push for another session", grainPID, &clusterpb.Envelope{Version: version, Kind: kindPush, Body: pushFor("other")}, codeBadMessage},
 		{"a result sent as a request", grainPID, &clusterpb.Envelope{Version: version, Kind: kindResult}, codeUnsupported},
+		{"a push with a stream that does not decode", grainPID, &clusterpb.Envelope{Version: version, Kind: kindPushStream, Body: garbage}, codeBadMessage},
+		{"a push with a stream without its subscription", grainPID, wrap(kindPushStream, &clusterpb.PushStreamRequest{Push: &sessionpb.PushRequest{Agent: "assistant", Session: "s1"}}, time.Time{}), codeBadMessage},
+		{"a push with a stream without a subscriber", grainPID, wrap(kindPushStream, &clusterpb.PushStreamRequest{Push: &sessionpb.PushRequest{Agent: "assistant", Session: "s1"},
+			Subscribe: &clusterpb.SubscribeRequest{Agent: "assistant", Session: "s1", Stream: "x"}}, time.Time{}), codeBadMessage},
+		{"a push with a stream for another session", grainPID, wrap(kindPushStream, &clusterpb.PushStreamRequest{Push: &sessionpb.PushRequest{Agent: "assistant", Session: "other"},
+			Subscribe: &clusterpb.SubscribeRequest{Agent: "assistant", Session: "other", Stream: "x", SubscriberAddress: "a", SubscriberId: "b"}}, time.Time{}), codeBadMessage},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -29,23 +29,45 @@ func (r Router) agent(name string) (*actors.Agent, error) {
 	return nil, fmt.Errorf("%w %q", actors.ErrUnknownAgent, name)
 }
 
+// check refuses an unknown agent and a malformed session ID before any
+// request leaves this node.
+func (r Router) check(agent, session string) error {
+	if _, err := r.agent(agent); err != nil {
+		return err
+	}
+	return protocol.ValidateCallerID("session", session)
+}
+
 // Push implements gateway.Router.
 func (r Router) Push(ctx context.Context, agent, session string, events []protocol.Event, trusted bool) ([]protocol.Event, error) {
-	if _, err := r.agent(agent); err != nil {
+	if err := r.check(agent, session); err != nil {
 		return nil, err
 	}
-	if err := protocol.ValidateCallerID("session", session); err != nil {
+	var res sessionpb.PushResponse
+	if _, err := r.n.request(ctx, session, kindPush, pushRequest(agent, session, events, trusted), &res); err != nil {
 		return nil, err
 	}
+	return actors.EventsFromPB(res.Events), nil
+}
+
+// PushUntilIdle implements gateway.PushStreamer: the push and the stream
+// until idle from its first event are one request to the session's owner
+// (kind push.stream), a round trip fewer than Push then
+// SubscribeUntilIdle. A member of an older build answers
+// errors.ErrUnsupported (ErrUnsupported wraps it), having pushed nothing.
+func (r Router) PushUntilIdle(ctx context.Context, agent, session string, events []protocol.Event, trusted bool) ([]protocol.Event, <-chan protocol.Event, <-chan error, error) {
+	if err := r.check(agent, session); err != nil {
+		return nil, nil, nil, err
+	}
+	return r.n.pushSubscribe(ctx, session, pushRequest(agent, session, events, trusted))
+}
+
+func pushRequest(agent, session string, events []protocol.Event, trusted bool) *sessionpb.PushRequest {
 	req := &sessionpb.PushRequest{Agent: agent, Session: session, Trusted: trusted}
 	for _, ev := range events {
 		req.Events = append(req.Events, actors.EventToPB(ev))
 	}
-	var res sessionpb.PushResponse
-	if _, err := r.n.request(ctx, session, kindPush, req, &res); err != nil {
-		return nil, err
-	}
-	return actors.EventsFromPB(res.Events), nil
+	return req
 }
 
 // State implements gateway.Router.
@@ -93,10 +115,7 @@ func (r Router) Idle(ctx context.Context, agent, session string) (uint64, bool, 
 
 // History implements gateway.Router.
 func (r Router) History(ctx context.Context, agent, session string, after uint64, limit int) ([]protocol.Event, error) {
-	if _, err := r.agent(agent); err != nil {
-		return nil, err
-	}
-	if err := protocol.ValidateCallerID("session", session); err != nil {
+	if err := r.check(agent, session); err != nil {
 		return nil, err
 	}
 	var res clusterpb.HistoryResponse
@@ -122,10 +141,7 @@ func (r Router) SubscribeUntilIdle(ctx context.Context, agent, session string, a
 }
 
 func (r Router) subscribe(ctx context.Context, agent, session string, after uint64, untilIdle bool) (<-chan protocol.Event, <-chan error, error) {
-	if _, err := r.agent(agent); err != nil {
-		return nil, nil, err
-	}
-	if err := protocol.ValidateCallerID("session", session); err != nil {
+	if err := r.check(agent, session); err != nil {
 		return nil, nil, err
 	}
 	return r.n.subscribe(ctx, agent, session, after, untilIdle)

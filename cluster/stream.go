@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/actors/sessionpb"
@@ -327,6 +328,39 @@ type subscription struct {
 // the session is idle: the event channel closes after the event it was
 // idle at, with io.EOF on the error channel.
 func (n *Node) subscribe(ctx context.Context, agent, session string, after uint64, untilIdle bool) (<-chan protocol.Event, <-chan error, error) {
+	s := n.newSubscription(ctx, agent, session, after, untilIdle)
+	if err := s.open(); err != nil {
+		s.abandon()
+		return nil, nil, err
+	}
+	go s.run()
+	return s.out, s.errc, nil
+}
+
+// pushSubscribe pushes (push, of session) and opens the stream until idle
+// from just before its first stored event, in one request to the owner
+// (kind push.stream); the answers are the push's stored events and the
+// channels of subscribe with untilIdle. A push that stored nothing opens
+// no stream (nil channels).
+func (n *Node) pushSubscribe(ctx context.Context, session string, push *sessionpb.PushRequest) ([]protocol.Event, <-chan protocol.Event, <-chan error, error) {
+	s := n.newSubscription(ctx, push.Agent, session, 0, true)
+	var res sessionpb.PushResponse
+	err := s.request(kindPushStream, func(sub *clusterpb.SubscribeRequest) proto.Message {
+		return &clusterpb.PushStreamRequest{Push: push, Subscribe: sub}
+	}, &res)
+	if err != nil || len(res.Events) == 0 {
+		s.abandon()
+		return nil, nil, nil, err
+	}
+	stored := actors.EventsFromPB(res.Events)
+	s.last = stored[0].Index - 1
+	go s.run()
+	return stored, s.out, s.errc, nil
+}
+
+// newSubscription makes a subscription and its subscriber actor, not yet
+// subscribed anywhere.
+func (n *Node) newSubscription(ctx context.Context, agent, session string, after uint64, untilIdle bool) *subscription {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &subscription{n: n, agent: agent, session: session, ctx: ctx, cancel: cancel, last: after, untilIdle: untilIdle,
 		out: make(chan protocol.Event, 16), errc: make(chan error, 1), in: make(chan *clusterpb.Envelope, 2*streamWindow+4)}
@@ -338,17 +372,33 @@ func (n *Node) subscribe(ctx context.Context, agent, session string, after uint6
 			}
 		}
 	}))
-	if err := s.open(); err != nil {
-		n.system.Root.Stop(s.self)
-		cancel()
-		return nil, nil, err
-	}
-	go s.run()
-	return s.out, s.errc, nil
+	return s
+}
+
+// abandon ends a subscription whose first request failed (run never
+// started).
+func (s *subscription) abandon() {
+	s.endCurrent()
+	s.n.mu.Lock()
+	delete(s.n.subs, s.stream)
+	s.n.mu.Unlock()
+	s.n.system.Root.Stop(s.self)
+	s.cancel()
 }
 
 // open subscribes at the owner of the current view after s.last.
 func (s *subscription) open() error {
+	kind := kindSubscribe
+	if s.untilIdle {
+		kind = kindSubscribeIdle
+	}
+	return s.request(kind, func(sub *clusterpb.SubscribeRequest) proto.Message { return sub }, &clusterpb.SubscribeResponse{})
+}
+
+// request sends the owner a request that opens a new stream of this
+// subscription (after s.last), made by body from the stream's
+// SubscribeRequest, and makes the owner that answered the stream's.
+func (s *subscription) request(kind string, body func(*clusterpb.SubscribeRequest) proto.Message, res proto.Message) error {
 	n := s.n
 	id := n.self.ID + "-" + strconv.FormatUint(n.streamSeq.Add(1), 10)
 	n.mu.Lock()
@@ -359,11 +409,7 @@ func (s *subscription) open() error {
 	s.acked = 0
 	req := &clusterpb.SubscribeRequest{Agent: s.agent, Session: s.session, After: s.last, Stream: id,
 		SubscriberAddress: s.self.Address, SubscriberId: s.self.Id}
-	kind := kindSubscribe
-	if s.untilIdle {
-		kind = kindSubscribeIdle
-	}
-	owner, err := n.request(s.ctx, s.session, kind, req, &clusterpb.SubscribeResponse{})
+	owner, err := n.request(s.ctx, s.session, kind, body(req), res)
 	if err != nil {
 		return err
 	}

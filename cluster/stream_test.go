@@ -102,4 +102,32 @@ func TestAStreamUntilIdleEndsAtTheOwner(t *testing.T) {
 			t.Fatalf("the plain stream stopped before index %d (the first turn was idle at %d)", want, at)
 		}
 	}
+
+	// A push and its stream in one request (push.stream): the stream starts
+	// at the first pushed event and ends at idle.
+	stored, evs, errc, err := r.PushUntilIdle(ctx, "assistant", "s2", []protocol.Event{protocol.Inputs.Text("p1", "first")}, false)
+	if err != nil || len(stored) != 1 || stored[0].ID != "p1" {
+		t.Fatalf("push with a stream: %v, stored %+v", err, stored)
+	}
+	got, end = drain(t, evs, errc)
+	if !errors.Is(end, io.EOF) || len(got) == 0 || got[0].Index != stored[0].Index {
+		t.Fatalf("the pushed stream: %d events from %v, ended with %v; want from the pushed event %d to io.EOF", len(got), got, end, stored[0].Index)
+	}
+	at2, idle2, err := rt.Idle(ctx, "assistant", "s2")
+	if err != nil || !idle2 || got[len(got)-1].Index != at2 {
+		t.Fatalf("the pushed stream ended at %d; the session is idle %v at %d (%v)", got[len(got)-1].Index, idle2, at2, err)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Index != got[i-1].Index+1 {
+			t.Fatalf("the pushed stream went from %d to %d", got[i-1].Index, got[i].Index)
+		}
+	}
+	// Its resubmission replays: the same stored event, and a stream from it.
+	again, evs, errc, err := r.PushUntilIdle(ctx, "assistant", "s2", []protocol.Event{protocol.Inputs.Text("p1", "first")}, false)
+	if err != nil || len(again) != 1 || again[0].Index != stored[0].Index {
+		t.Fatalf("a resubmitted push with a stream: %v, %+v; want the stored event at %d", err, again, stored[0].Index)
+	}
+	if got2, end := drain(t, evs, errc); !errors.Is(end, io.EOF) || len(got2) != len(got) {
+		t.Fatalf("the resubmission's stream: %d events, ended with %v; want the same %d and io.EOF", len(got2), end, len(got))
+	}
 }

@@ -326,6 +326,24 @@ func (g *Gateway) push(trusted bool) http.HandlerFunc {
 				}
 			}
 		}
+		if ps, ok := g.router.(PushStreamer); ok && stream {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			stored, evs, errc, err := ps.PushUntilIdle(ctx, agent, session, events, trusted)
+			switch {
+			case errors.Is(err, errors.ErrUnsupported):
+				// Nothing pushed: push, then subscribe, below.
+			case err != nil:
+				g.fail(w, r, err)
+				return
+			case len(stored) > 0:
+				g.serveStream(w, r, agent, session, stored[0].Index-1, true, true, &opened{evs, errc})
+				return
+			default:
+				g.writePushed(w, stored)
+				return
+			}
+		}
 		stored, err := g.router.Push(r.Context(), agent, session, events, trusted)
 		if err != nil {
 			g.fail(w, r, err)
@@ -336,17 +354,23 @@ func (g *Gateway) push(trusted bool) http.HandlerFunc {
 			// event (durable now) until the session is idle, as GET
 			// .../stream?after=N&until=idle would answer; a client that
 			// loses it resumes there with the last index it saw.
-			g.serveStream(w, r, agent, session, stored[0].Index-1, true, true)
+			g.serveStream(w, r, agent, session, stored[0].Index-1, true, true, nil)
 			return
 		}
-		out := make([]pushedEvent, len(stored))
-		for i, ev := range stored {
-			out[i] = pushedEvent{ID: ev.ID, Type: ev.Type, Index: ev.Index}
-		}
-		writeJSON(w, http.StatusOK, struct {
-			Events []pushedEvent `json:"events"`
-		}{out})
+		g.writePushed(w, stored)
 	}
+}
+
+// writePushed answers a push that does not stream: the stored events'
+// IDs, types and indexes.
+func (g *Gateway) writePushed(w http.ResponseWriter, stored []protocol.Event) {
+	out := make([]pushedEvent, len(stored))
+	for i, ev := range stored {
+		out[i] = pushedEvent{ID: ev.ID, Type: ev.Type, Index: ev.Index}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Events []pushedEvent `json:"events"`
+	}{out})
 }
 
 // state serves GET .../state: {"index": N, "state": {...}}.

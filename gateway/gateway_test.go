@@ -581,11 +581,16 @@ func TestAPushThatStreams(t *testing.T) {
 
 // olderOwner is a router whose streams cannot end themselves (a cluster
 // whose session owner is of an older build): SubscribeUntilIdle answers
-// errors.ErrUnsupported.
+// errors.ErrUnsupported, as does PushUntilIdle (having pushed nothing).
 type olderOwner struct {
 	gateway.Router
 	gateway.IdleReader
-	asked atomic.Int32
+	asked, pushes atomic.Int32
+}
+
+func (o *olderOwner) PushUntilIdle(context.Context, string, string, []protocol.Event, bool) ([]protocol.Event, <-chan protocol.Event, <-chan error, error) {
+	o.pushes.Add(1)
+	return nil, nil, nil, fmt.Errorf("the owner is of an older build: %w", errors.ErrUnsupported)
 }
 
 func (o *olderOwner) SubscribeUntilIdle(context.Context, string, string, uint64) (<-chan protocol.Event, <-chan error, error) {
@@ -593,9 +598,10 @@ func (o *olderOwner) SubscribeUntilIdle(context.Context, string, string, uint64)
 	return nil, nil, fmt.Errorf("the owner is of an older build: %w", errors.ErrUnsupported)
 }
 
-// A router that cannot serve a stream that ends itself once the session is
-// idle (gateway.IdleSubscriber answering errors.ErrUnsupported) is
-// subscribed to plainly, and the gateway asks whether the session is idle
+// A router that cannot serve a push with its stream (gateway.PushStreamer)
+// nor a stream that ends itself once the session is idle
+// (gateway.IdleSubscriber), answering errors.ErrUnsupported, is pushed to
+// and subscribed to plainly, and the gateway asks whether the session is idle
 // itself: a streaming push still ends at idle, with the turn's last event.
 func TestAStreamFallsBackWhereTheRouterCannotEndIt(t *testing.T) {
 	var older *olderOwner
@@ -607,8 +613,8 @@ func TestAStreamFallsBackWhereTheRouterCannotEndIt(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.HasSuffix(got, ": idle\n\n") {
 		t.Fatalf("a streaming push over a router that cannot end streams: %d %q", resp.StatusCode, got)
 	}
-	if older.asked.Load() == 0 {
-		t.Fatal("the gateway never asked the router for a stream that ends itself")
+	if older.asked.Load() == 0 || older.pushes.Load() == 0 {
+		t.Fatalf("the gateway asked the router for a push with a stream %d times and a stream that ends itself %d times, want both", older.pushes.Load(), older.asked.Load())
 	}
 	_, index := f.state("s1")
 	if !strings.Contains(got, fmt.Sprintf("id: %d\n", index)) {

@@ -57,6 +57,17 @@ type IdleSubscriber interface {
 	SubscribeUntilIdle(ctx context.Context, agent, session string, after uint64) (<-chan protocol.Event, <-chan error, error)
 }
 
+// PushStreamer is a Router that pushes and opens the stream until idle
+// from the first stored event in one step: the cluster's, where the push
+// and the subscription are then one request to the session's owner. The
+// channels are those of IdleSubscriber's; a push that stored nothing
+// answers nil channels. A router that cannot (a member of an older build)
+// answers errors.ErrUnsupported having pushed nothing, and the gateway
+// pushes and subscribes itself.
+type PushStreamer interface {
+	PushUntilIdle(ctx context.Context, agent, session string, events []protocol.Event, trusted bool) (stored []protocol.Event, evs <-chan protocol.Event, errc <-chan error, err error)
+}
+
 // RuntimeRouter serves the sessions of one in-process runtime.
 type RuntimeRouter struct {
 	Runtime *actors.Runtime

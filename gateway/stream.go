@@ -58,13 +58,21 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	g.serveStream(w, r, agent, session, after, untilIdle, false)
+	g.serveStream(w, r, agent, session, after, untilIdle, false, nil)
+}
+
+// opened is a stream a router opened with the push (PushStreamer): it
+// ends itself once the session is idle.
+type opened struct {
+	events <-chan protocol.Event
+	errc   <-chan error
 }
 
 // serveStream answers with the session's stream of events after index
 // after (the stream endpoint's body, and a push's with stream=1: pushed),
-// ending once the session is idle when untilIdle is set.
-func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, session string, after uint64, untilIdle, pushed bool) {
+// ending once the session is idle when untilIdle is set. A stream the
+// router opened with the push (open, not nil) is served as it is.
+func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, session string, after uint64, untilIdle, pushed bool, open *opened) {
 	// A router that can tell whether a session is idle without its state
 	// (IdleReader) is asked that; another's state is read and folded.
 	idler, cheap := g.router.(IdleReader)
@@ -75,7 +83,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 	// After a push, a router that answers Idle needs no question first:
 	// after is below the events just pushed, and whether the session is
 	// idle is asked after the first of them (below).
-	if (after > 0 || untilIdle) && !(pushed && cheap) {
+	if open == nil && (after > 0 || untilIdle) && !(pushed && cheap) {
 		// A resume point past the log's end would wait for ever for events
 		// it has already "seen": refuse it, with the index to resume from.
 		if cheap {
@@ -104,11 +112,13 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 	var events <-chan protocol.Event
 	var errc <-chan error
 	routerEnds := false
-	if sub, ok := g.router.(IdleSubscriber); ok && untilIdle && !idle {
+	if open != nil {
+		events, errc, routerEnds = open.events, open.errc, true
+	} else if sub, ok := g.router.(IdleSubscriber); ok && untilIdle && !idle {
 		events, errc, err = sub.SubscribeUntilIdle(ctx, agent, session, after)
 		routerEnds = err == nil
 	}
-	if !routerEnds && (err == nil || errors.Is(err, errors.ErrUnsupported)) {
+	if open == nil && !routerEnds && (err == nil || errors.Is(err, errors.ErrUnsupported)) {
 		events, errc, err = g.router.Subscribe(ctx, agent, session, after)
 	}
 	if err != nil {
