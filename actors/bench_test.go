@@ -175,7 +175,8 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // Streams start spread over the first second (each with its own phase) and
 // the steady-state p99 counts the chunks produced while all of them run.
 // Besides the percentiles, over-20xfsync-% is the share of deltas whose
-// latency exceeds 20 times the median fsync (issue 5's bound): how far the
+// latency exceeds 20 times the median fsync (the bound on a chunk's latency,
+// docs/benchmarks.md, "Progress batching"): how far the
 // distribution's shoulder, not only its tail, is from it.
 func BenchmarkProgressBatching(b *testing.B) {
 	for _, shape := range []struct {
@@ -307,7 +308,7 @@ func benchProgress(b *testing.B, streams, burst int) {
 	}
 	writes := cs.appends.Load() - appends0
 	p50, p90, p99, sp99 := percentile(all, 0.5), percentile(all, 0.9), percentile(all, 0.99), percentile(steady, 0.99)
-	// The share of deltas over issue 5's bound (20 x the median fsync):
+	// The share of deltas over the latency bound (20 x the median fsync):
 	// the p99 meets the bound only while this stays under 1%.
 	over := len(all) - sort.Search(len(all), func(i int) bool { return all[i] > 20*fsync })
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -616,7 +617,7 @@ func BenchmarkStartupRecovery(b *testing.B) {
 	}
 }
 
-// BenchmarkStartupWithAMillionIdleSessions is issue 18's start-up bound: a
+// BenchmarkStartupWithAMillionIdleSessions measures start-up at scale: a
 // Pebble store on disk with 1,000,000 idle sessions (one event each) and
 // 100 held in the middle of a turn. It reports the time from opening the
 // store to the end of the start-up scan (the node serves from the
@@ -747,7 +748,7 @@ func processCPU() time.Duration {
 // BenchmarkToolTurnHistory is the durable 3-step turn (a model step that
 // calls a tool, the tool's execution, the continuation) in sessions whose
 // history already holds 1, 50 or 500 such turns: node CPU and synced
-// writes per turn, which should not grow with the history (issue 23). Four
+// writes per turn, which should not grow with the history. Four
 // sessions take turns; Pebble in memory, so the figure is the runtime's
 // own work, not the disk's.
 func BenchmarkToolTurnHistory(b *testing.B) {

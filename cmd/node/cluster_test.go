@@ -30,7 +30,7 @@ import (
 
 // The cluster with real processes: three members and a gateway, each an OS
 // process of the node binary on 127.0.0.1, on one throwaway PostgreSQL
-// database (issue 17). One cluster serves every step, in order, since each
+// database. One cluster serves every step, in order, since each
 // member start costs about a second inside protoactor: routing by session
 // ID, a turn streamed through the gateway, fifty sessions spread over the
 // members, a graceful leave under traffic with no failed request (and a

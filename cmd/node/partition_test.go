@@ -24,7 +24,7 @@ import (
 	"github.com/a2-runtime/a2/protocol"
 )
 
-// Partitions with real processes (issue 43): three members and a gateway,
+// Partitions with real processes (docs/cluster.md, "Partitions"): three members and a gateway,
 // each in a network namespace of its own made by the test, on one bridge;
 // PostgreSQL is reached through a proxy the test runs on the bridge's
 // address, so a member cut off from its peers still reaches the store. A
