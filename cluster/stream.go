@@ -25,10 +25,10 @@ import (
 // then the durable live tail, with no gap and no duplicate) and sends the
 // events as StreamBatch messages, in order. The subscriber acknowledges
 // every streamAckEvery batches; the owner keeps at most streamWindow
-// batches unacknowledged,
-// so a slow subscriber holds the owner's reads back instead of filling its
-// memory, and sends an empty batch (a heartbeat) after streamHeartbeat
-// without events.
+// batches unacknowledged, so a slow subscriber holds the owner's reads back
+// instead of filling its memory, and sends an empty batch (a heartbeat)
+// after streamHeartbeat without events. A stream until idle (subscribe.idle,
+// push.stream) is ended by the owner: its last batch is marked idle.
 //
 // When the owner changes (the session moved: a StreamEnd with MOVED; the
 // view now places the session on another member; or no batch for
