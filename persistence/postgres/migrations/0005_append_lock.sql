@@ -1,5 +1,5 @@
 -- A2 store schema, version 5: a2_append locks a session's row without
--- writing it.
+-- writing it; a2_lookup keeps its plan (PL/pgSQL).
 --
 -- Version 4's a2_append locked each batch's session row with an upsert
 -- (INSERT ... ON CONFLICT DO UPDATE SET last_idx = last_idx), which writes
@@ -75,5 +75,19 @@ BEGIN
         RETURN NEXT;
         lo := hi + 1;
     END LOOP;
+END
+$fn$;
+
+-- a2_lookup runs on every push (its IDs are looked up before they are
+-- admitted). Version 4's was a SQL function, whose query PostgreSQL plans
+-- again at every call; as PL/pgSQL its plan is made once per connection
+-- (with sequential scans off, as before).
+CREATE OR REPLACE FUNCTION a2_lookup(p_ids BYTEA[])
+RETURNS TABLE (session BYTEA, idx BIGINT, id BYTEA, type BYTEA, cause BYTEA, time_ms BIGINT, payload BYTEA)
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+AS $fn$
+BEGIN
+    RETURN QUERY SELECT e.session, e.idx, e.id, e.type, e.cause, e.time_ms, e.payload FROM events e WHERE e.id = ANY (p_ids);
 END
 $fn$;
