@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 	"github.com/a2-runtime/a2/harness/demo"
 	"github.com/a2-runtime/a2/harness/providers"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/internal/levelfilter"
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/telemetry"
@@ -40,8 +40,9 @@ type Options struct {
 	// ./data). Store, when set, is used instead (PostgreSQL, say).
 	Data  string
 	Store persistence.Store
-	// Logger receives the server's logs (default: text on standard error,
-	// at info).
+	// Logger receives the server's logs and the runtime's warnings and
+	// errors, as a node's log does (default: text on standard error, at
+	// info). Runtime.Logger, when set, receives the runtime's instead.
 	Logger *slog.Logger
 	// Gateway and Runtime are the HTTP API's and the runtime's options.
 	Gateway gateway.Options
@@ -108,7 +109,15 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tel.Shutdown(context.Background()) }()
+	defer func() {
+		// Bounded, as the node's: an exporter that cannot reach its
+		// collector does not hold the program's exit.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			logger.Warn("telemetry did not flush", "err", err)
+		}
+	}()
 	store := o.Store
 	if store == nil {
 		dir := firstOf(o.Data, os.Getenv("A2_DATA"), "./data")
@@ -130,7 +139,10 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 	}
 	ropts := o.Runtime
 	if ropts.Logger == nil {
-		ropts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		// The runtime's warnings and errors (an activation that fails, a
+		// write the store refused) are the server's, as on a node; its
+		// lower levels (protoactor's lifecycle) are not.
+		ropts.Logger = levelfilter.New(logger, slog.LevelWarn)
 	}
 	rt, err := actors.New(store, agents, ropts)
 	if err != nil {
@@ -173,7 +185,11 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
+		logger.Warn("requests still running at the shutdown deadline were cut", "err", err)
 		_ = srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("the HTTP server stopped: %w", err)
 	}
 	return nil
 }

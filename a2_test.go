@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/a2-runtime/a2"
 	"github.com/a2-runtime/a2/actors"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // The first agent of the README and of docs/embedding.md is a whole
@@ -119,6 +121,59 @@ func TestServeSaysHowToChat(t *testing.T) {
 	}
 	if want := "go run ./cmd/node chat --url " + url + " --agent greeter"; !strings.Contains(logs.String(), want) {
 		t.Fatalf("Serve's logs lack %q:\n%s", want, logs.String())
+	}
+}
+
+// unlistable is a Pebble store that cannot list its sessions: the
+// runtime's start-up scan for sessions with work fails, which the runtime
+// only logs.
+type unlistable struct{ *pebblestore.Store }
+
+func (unlistable) Sessions(context.Context, string, int) ([]string, error) {
+	return nil, errors.New("the disk is gone")
+}
+
+func (unlistable) SessionsWithWork(context.Context, string, int) ([]string, error) {
+	return nil, errors.New("the disk is gone")
+}
+
+// The runtime's warnings reach an embedding program's logger, as a node's
+// reach its log (they went to io.Discard): here the start-up scan that
+// could not list the sessions, and why.
+func TestServeLogsTheRuntimesWarnings(t *testing.T) {
+	agent, err := a2.NewAgent(actors.AgentOptions{Name: "greeter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- a2.Serve(ctx, a2.Options{Listener: ln, Store: unlistable{st}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, agent)
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(logs.String(), "could not list the sessions") {
+		if time.Now().After(deadline) {
+			t.Fatalf("15 s after the start, the server's log does not say the start-up scan failed:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := logs.String(); !strings.Contains(got, "the disk is gone") || !strings.Contains(got, "level=WARN") {
+		t.Fatalf("the scan's warning lacks its level or its cause:\n%s", got)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
 	}
 }
 
