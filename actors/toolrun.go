@@ -280,8 +280,9 @@ func (s *sessionActor) onToolPreliminary(m *toolPreliminary) {
 
 // onToolEnd records a tool attempt's outcome. A "report" tool cut short
 // after Execute started records the interrupted result (R-TOOL-14); a
-// "rerun" tool cut short records nothing terminal: the fold fences the
-// cancelled version, and the call runs again when wanted.
+// "rerun" tool cut short records a "cancelled" error for its version,
+// which the fold fences (the call's current version runs again when
+// wanted) and which ends the call's settling after Pause now.
 func (s *sessionActor) onToolEnd(m *toolEnd) {
 	r := s.toolRuns[m.call]
 	if r == nil || r.attempt != m.attempt || r.version != m.version {

@@ -1,7 +1,7 @@
 // Package gateway is A2's HTTP API: pushes of events (browser ingress and
 // trusted admin appends), session state, history pages and live streams as
-// server-sent events with resume, over a Router (the single-node runtime
-// today, the cluster later). docs/http.md is its reference.
+// server-sent events with resume, over a Router (a single node's runtime,
+// or the cluster's router). docs/http.md is its reference.
 //
 // Every request is answered with JSON, errors as
 // {"error":{"code","message","field"}} with a status that says whose fault

@@ -10,9 +10,10 @@ import (
 )
 
 // Router is what the gateway serves: the sessions of a set of agents. The
-// single-node runtime (RuntimeRouter over *actors.Runtime) implements it
-// today; a cluster member that routes by session ID will implement it
-// later. Every method is safe for concurrent use.
+// single-node runtime (RuntimeRouter over *actors.Runtime) implements it,
+// and so does the cluster's router (cluster.Router), which sends each
+// request to the member that places the session. Every method is safe for
+// concurrent use.
 //
 // Errors the gateway maps to HTTP statuses: actors.ErrUnknownAgent (404),
 // *protocol.ValidationError (400), actors.ErrPartialDuplicateBatch and
