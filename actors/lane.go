@@ -135,7 +135,10 @@ func (l *laneActor) Receive(c actor.Context) {
 // record with no live lane is marked superseded before its replacement
 // starts; a lane whose request is no longer wanted is cancelled.
 func (s *sessionActor) reconcile() {
-	if s.stopping {
+	// Nothing is started or cancelled while a write is in flight (the
+	// state is ahead of the store by its batch): the write's end
+	// reconciles (onWriteDone), or stops the actor if it failed.
+	if s.stopping || s.writing {
 		return
 	}
 	// One slice for the work of every reconcile (one or more per write):
