@@ -34,8 +34,10 @@ type Event struct {
 	// Time is the append time in Unix milliseconds, set by the store. It is
 	// informational: folds never branch on it.
 	Time int64 `json:"time,omitempty"`
-	// Cause is the ID of the work event whose handler produced this event, if
-	// any.
+	// Cause is the ID of the event whose handling produced this one, if any:
+	// the command's ID on every event Decide returns (docs/protocol.md), the
+	// work event's on what its work produced (a tool's outcome, a handler's
+	// completion).
 	Cause string `json:"cause,omitempty"`
 
 	// progress is the decoded payload of a progress event built by
