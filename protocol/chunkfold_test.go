@@ -1,7 +1,7 @@
 // How chunks fold into a response, clause by clause, as the AI SDK builds a
 // message (docs/protocol.md §3.8, §3.8a); and the progress event fast path
 // against encoding/json. Written against the mutation run's survivors
-// (docs/testing.md).
+// (docs/contributing.md).
 
 package protocol
 

@@ -448,7 +448,7 @@ func TestRandomSessions(t *testing.T) {
 	if testing.Short() {
 		n = 30
 	}
-	// The mutation run (docs/testing.md) sets fewer seeds.
+	// The mutation run (docs/contributing.md) sets fewer seeds.
 	if v, err := strconv.Atoi(os.Getenv("A2_RANDOM_SESSIONS")); err == nil && v > 0 {
 		n = v
 	}

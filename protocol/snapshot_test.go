@@ -14,7 +14,7 @@ import (
 // R-STATE-23 R-STOP-16 R-CONTRACT-11
 func TestSnapshotRestoreEqualsReplay(t *testing.T) {
 	seeds := uint64(40)
-	// The mutation run (docs/testing.md) folds fewer random sessions.
+	// The mutation run (docs/contributing.md) folds fewer random sessions.
 	if v, err := strconv.Atoi(os.Getenv("A2_RANDOM_SESSIONS")); err == nil && v > 0 && v < 40 {
 		seeds = uint64(v)
 	}

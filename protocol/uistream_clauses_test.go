@@ -1,7 +1,7 @@
 // UIStream clause by clause: metadata, open parts at the finish, errors,
 // cuts in the first step, reasoning IDs, provider metadata, citations, tool
 // calls from every state, approvals. Written against the mutation run's
-// survivors of uistream.go (docs/testing.md).
+// survivors of uistream.go (docs/contributing.md).
 
 package protocol
 
