@@ -38,7 +38,8 @@ import (
 // latency; it does not push the stream's later bursts back. (A closed-loop
 // schedule, each wait starting when the previous burst was read, let every
 // stall of the runtime shift all the streams it delayed alike, so that
-// their bursts came to arrive together: see docs/benchmarks.md, session 5.)
+// their bursts came to arrive together: see docs/benchmarks.md,
+// "The 1,000-stream p99 within the bound".)
 type stampModel struct {
 	chunks int
 	every  time.Duration

@@ -20,7 +20,8 @@ import (
 // profile). An earlier version of this dispatcher reused waiting goroutines
 // but still started a new one whenever none waited; on a saturated node
 // none ever waits, and it started some 100,000 goroutines in 6 s (8% of
-// the CPU in stack growth; docs/benchmarks.md, session 6).
+// the CPU in stack growth; docs/benchmarks.md,
+// "A bounded mailbox pool for the saturated node").
 //
 // Here a run is handed to a waiting worker; if none waits and fewer than
 // maxWorkers run, a new worker starts with it; otherwise it joins a FIFO

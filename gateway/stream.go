@@ -300,7 +300,7 @@ func writeSSE(bw *bufio.Writer, ev protocol.Event, buf []byte) []byte {
 // fields, equal as JSON), on one line, without json.Marshal's cost: that
 // validated and re-compacted every payload for every subscriber, the
 // largest part of the stream's CPU with hundreds of streams
-// (docs/benchmarks.md, session 6). A payload is valid JSON (the gateway
+// (docs/benchmarks.md, "Streams over HTTP"). A payload is valid JSON (the gateway
 // compacts what clients send, Contract.Fold rejects invalid JSON, and the
 // runtime marshals its own), so it is copied as it is unless it has a line
 // break, which only a payload pushed through the Go API with indentation

@@ -4,7 +4,8 @@
 // allocates as it goes; with Go's default heap goal (GOGC=100) the collector
 // runs about once a second at 1,000 concurrent streams on two cores, and its
 // mark phases (25-50 ms) hold up the chunks in flight: they set the p99 of
-// chunk-to-subscriber latency (docs/benchmarks.md, session 5). A node
+// chunk-to-subscriber latency (docs/benchmarks.md,
+// "The 1,000-stream p99 within the bound"). A node
 // therefore collects less often, with a heap goal of DefaultPercent, and
 // caps its heap with a memory limit of LimitFraction of the memory it may
 // use, so that the larger goal never costs more memory than the machine
