@@ -27,7 +27,34 @@ import (
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/telemetry"
+	"github.com/a2-runtime/a2/tools"
 )
+
+// The pieces of an agent, reachable from this package: each is the type or
+// function of the package that defines it (and documents it), so that a
+// program defining and serving agents needs only a2, and protocol for a
+// contract of its own.
+type (
+	// AgentOptions define an agent: its name, model, instructions, tools,
+	// contract and handlers (actors.AgentOptions).
+	AgentOptions = actors.AgentOptions
+	// Agent is an agent to serve (actors.Agent).
+	Agent = actors.Agent
+	// Tool is a tool an agent's model can call (tools.Tool).
+	Tool = tools.Tool
+	// ToolCall is what a tool's Execute learns of its call: the call and
+	// its work event, the attempt, the session, and how to append to it
+	// (tools.Context).
+	ToolCall = tools.Context
+)
+
+// Instructions is an agent's system prompt, the same for every step
+// (harness.Instructions).
+func Instructions(s string) harness.InstructionsOption { return harness.Instructions(s) }
+
+// ToolCallOf returns the call a tool's Execute runs for, from its context
+// (tools.FromContext).
+func ToolCallOf(ctx context.Context) (*ToolCall, error) { return tools.FromContext(ctx) }
 
 // Options configure Serve. The zero value serves on 127.0.0.1:8080 with
 // the store in ./data (or A2_ADDR and A2_DATA).

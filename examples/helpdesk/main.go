@@ -13,10 +13,7 @@ import (
 	"slices"
 
 	"github.com/a2-runtime/a2"
-	"github.com/a2-runtime/a2/actors"
-	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/protocol"
-	"github.com/a2-runtime/a2/tools"
 )
 
 // desk is the application state: the tickets escalated so far.
@@ -58,23 +55,23 @@ func run(ctx context.Context, o a2.Options) error {
 	if err != nil {
 		return err
 	}
-	lookup := tools.Tool{Name: "lookup_ticket", Description: "Reads a support ticket.", InputSchema: json.RawMessage(ticketSchema),
+	lookup := a2.Tool{Name: "lookup_ticket", Description: "Reads a support ticket.", InputSchema: json.RawMessage(ticketSchema),
 		Execute: func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
 			return json.Marshal(map[string]any{"input": in, "status": "open", "subject": "The printer is on fire"})
 		}}
-	escalate := tools.Tool{Name: "escalate_ticket", Description: "Pages the on-call engineer about a ticket.", InputSchema: json.RawMessage(ticketSchema),
+	escalate := a2.Tool{Name: "escalate_ticket", Description: "Pages the on-call engineer about a ticket.", InputSchema: json.RawMessage(ticketSchema),
 		NeedsApproval: func(json.RawMessage) bool { return true }, // a person says yes first
 		Recovery:      "report",                                   // it pages someone: cut short, it is reported, never run again
 		Execute: func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
-			hc, err := tools.FromContext(ctx)
+			hc, err := a2.ToolCallOf(ctx)
 			if err == nil { // the event is the page, recorded in the session's log
 				_, err = hc.Append(ctx, protocol.Event{ID: "escalated-" + hc.Call.ToolCallID, Type: "ticket.escalated", Payload: in})
 			}
 			return json.RawMessage(`{"paged":true}`), err
 		}}
 	// The model: from the environment's keys (or A2_MODEL), else the demo model.
-	agent, err := a2.NewAgent(actors.AgentOptions{Contract: contract, Tools: []tools.Tool{lookup, escalate},
-		Instructions: harness.Instructions("You are a helpdesk agent. Look a ticket up before you answer; escalate only when asked.")})
+	agent, err := a2.NewAgent(a2.AgentOptions{Contract: contract, Tools: []a2.Tool{lookup, escalate},
+		Instructions: a2.Instructions("You are a helpdesk agent. Look a ticket up before you answer; escalate only when asked.")})
 	if err != nil {
 		return err
 	}
