@@ -275,3 +275,43 @@ func TestNewAgentWithoutAName(t *testing.T) {
 		t.Fatalf("NewAgent without a name: %v", err)
 	}
 }
+
+// Options Serve cannot run with are refused before anything starts, each
+// with what to change: nothing listens, no store directory is made.
+func TestServeRefusesBadOptions(t *testing.T) {
+	agent, err := a2.NewAgent(actors.AgentOptions{Name: "greeter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    a2.Options
+		want string
+	}{
+		{"unknown role", a2.Options{Cluster: &a2.ClusterOptions{Name: "c", Role: "leader", Bind: "127.0.0.1:0"}}, `the cluster role must be "member" or "gateway", not "leader"`},
+		{"no cluster name", a2.Options{Cluster: &a2.ClusterOptions{Role: "gateway", Bind: "127.0.0.1:0"}}, "needs the cluster's name"},
+		{"member without a shared store", a2.Options{Cluster: &a2.ClusterOptions{Name: "c", Role: "member", Bind: "127.0.0.1:0"}}, "a cluster member needs the cluster's shared store"},
+		{"store URL of another kind", a2.Options{StoreURL: "mysql://db/a2"}, "must be a postgres:// URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			tc.o.Listener, tc.o.Data, tc.o.Logger = ln, dir, slog.New(slog.DiscardHandler)
+			// Bounded: options Serve should have refused would serve
+			// until the context ends, and the test fails rather than hangs.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err = a2.Serve(ctx, tc.o, agent)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Serve: %v; want an error containing %q", err, tc.want)
+			}
+			if _, serr := os.Stat(dir); !os.IsNotExist(serr) {
+				t.Fatalf("Serve made its data directory although it refused its options: %v", serr)
+			}
+		})
+	}
+}

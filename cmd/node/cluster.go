@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"time"
 
-	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/cluster"
-	"github.com/a2-runtime/a2/persistence"
 )
 
 // clusterFlags are the flags of a cluster node (docs/cluster.md).
@@ -97,25 +93,4 @@ func (c *clusterFlags) describe(where string) string {
 		return fmt.Sprintf("none: gateway of cluster %q (gossip %s), routing to its members", c.name, c.bind)
 	}
 	return fmt.Sprintf("%s; member of cluster %q (gossip %s, remote on the next port)", where, c.name, c.bind)
-}
-
-// newClusterNode prepares the node's cluster side: a member names its
-// store's identity, which the cluster compares at join.
-func newClusterNode(ctx context.Context, cfg config, store persistence.Store, agent *actors.Agent, logger *slog.Logger) (*cluster.Node, error) {
-	c := cfg.cluster
-	ccfg := cluster.Config{Name: c.name, Role: c.role, Bind: c.bind, Advertise: c.advertise, Join: c.joinList(),
-		Agents: []*actors.Agent{agent}, Logger: logger, LeaseTTL: c.leaseTTL}
-	if c.role == cluster.RoleMember {
-		if cfg.store == "" {
-			logger.Warn("this member runs on its own embedded Pebble store (--allow-local-store): requests still route by session ID, " +
-				"but the sessions placed on a member that is lost wait until it returns, and a join or leave moves sessions to members that cannot read their logs")
-		} else {
-			id, err := cluster.StoreIdentity(ctx, store)
-			if err != nil {
-				return nil, err
-			}
-			ccfg.StoreID = id
-		}
-	}
-	return cluster.New(ccfg)
 }

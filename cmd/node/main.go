@@ -18,13 +18,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -32,11 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/a2-runtime/a2"
 	"github.com/a2-runtime/a2/internal/gctune"
-	"github.com/a2-runtime/a2/internal/levelfilter"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"go.opentelemetry.io/otel"
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/cluster"
@@ -46,9 +41,6 @@ import (
 	"github.com/a2-runtime/a2/harness/demo"
 	"github.com/a2-runtime/a2/harness/providers"
 	"github.com/a2-runtime/a2/harness/script"
-	"github.com/a2-runtime/a2/persistence"
-	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
-	pgstore "github.com/a2-runtime/a2/persistence/postgres"
 	"github.com/a2-runtime/a2/telemetry"
 	"github.com/a2-runtime/a2/tools"
 	"github.com/a2-runtime/a2/tools/demotools"
@@ -128,10 +120,7 @@ type config struct {
 	// stepTimeout bounds one model step (HarnessOptions.StepTimeout).
 	stepTimeout time.Duration
 	getenv      func(string) string
-	// fs is Pebble's filesystem; nil is the operating system's (tests use
-	// vfs.NewMem()).
-	fs     vfs.FS
-	logger *slog.Logger
+	logger      *slog.Logger
 	// heartbeat overrides the stream heartbeat interval (tests).
 	heartbeat time.Duration
 	// cluster is the cluster configuration (cluster.go); role "" or
@@ -208,10 +197,10 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	return cfg, nil
 }
 
-// serve runs a single node on ln until ctx ends, then shuts down: the
-// listener stops accepting, live streams end, requests in flight finish
-// (pushes are answered once durable), the runtime stops its sessions
-// after their writes in flight, and the store closes.
+// serve runs the node on ln until ctx ends, through a2.Serve (which owns
+// the wiring and the shutdown: the listener stops accepting, live streams
+// end, requests in flight finish, the runtime stops its sessions after
+// their writes in flight, and the store closes).
 func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err error) {
 	defer ln.Close()
 	logger := cfg.logger
@@ -229,45 +218,11 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		getenv = func(string) string { return "" }
 	}
 	p := providers.FromEnv(getenv, cfg.model, sc, cfg.demoDelay)
-
 	tcfg, err := telemetry.FromEnv(getenv)
 	if err != nil {
 		return err
 	}
-	tcfg.Prometheus = tcfg.Prometheus || cfg.metricsAddr != ""
-	tcfg.InstanceID = ln.Addr().String()
-	if cfg.cluster.role == cluster.RoleMember || cfg.cluster.role == cluster.RoleGateway {
-		tcfg.InstanceID = cfg.cluster.role + "@" + cfg.cluster.bind
-	}
-	// The SDK's own failures (an exporter that cannot reach its
-	// collector) are the node's warnings, not lines on stderr of their own.
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("telemetry", "err", err) }))
-	tel, err := telemetry.Install(ctx, tcfg)
-	if err != nil {
-		return err
-	}
 	cfg.telemetry = describeTelemetry(tcfg, cfg.metricsAddr)
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tel.Shutdown(sctx); err != nil {
-			logger.Warn("telemetry did not flush", "err", err)
-		}
-	}()
-	if cfg.metricsAddr != "" {
-		stopMetrics, err := serveMetrics(cfg.metricsAddr, tel.Prometheus, logger)
-		if err != nil {
-			return err
-		}
-		defer stopMetrics()
-	}
-	if cfg.pprofAddr != "" {
-		stopPprof, err := servePprof(cfg.pprofAddr, logger)
-		if err != nil {
-			return err
-		}
-		defer stopPprof()
-	}
 
 	agent, err := actors.NewAgent(actors.AgentOptions{
 		Name:         defaultAgent,
@@ -280,92 +235,30 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	if err != nil {
 		return err
 	}
-	var (
-		router gateway.Router
-		rt     *actors.Runtime
-		node   *cluster.Node
-	)
-	if cfg.cluster.role != cluster.RoleGateway {
-		var store persistence.Store
-		var where string
-		if store, where, err = openStore(ctx, cfg, logger); err != nil {
-			return fmt.Errorf("cannot open the store in %s: %w", where, err)
-		}
-		defer func() {
-			if cerr := store.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("closing the store: %w", cerr)
-			}
-		}()
-		// The runtime logs warnings and errors only: protoactor's lifecycle
-		// lines are not a node operator's business.
-		rtLogger := levelfilter.New(logger, runtimeLevel(cfg.logLevel))
-		ropts := actors.Options{Logger: rtLogger}
-		if cfg.actorMetrics {
-			ropts.Meter = tel.MeterProvider()
-		}
-		if p.Real() && cfg.catalog != "" && cfg.catalog != "off" {
-			ropts.Catalog = actors.CatalogCache{Source: cfg.catalog, Cache: &catalog.Cache{}}
-		}
-		if cfg.cluster.role == cluster.RoleMember {
-			if node, err = newClusterNode(ctx, cfg, store, agent, logger); err != nil {
-				return err
-			}
-			// The node resumes the sessions with work the cluster places here
-			// (cluster.Node: at start and after each change of the members).
-			ropts.Place, ropts.SkipRecovery, ropts.Lease = node.Place, true, node.LeaseOptions()
-		}
-		if rt, err = actors.New(store, []*actors.Agent{agent}, ropts); err != nil {
-			return err
-		}
-		defer rt.Close()
-		router = gateway.RuntimeRouter{Runtime: rt}
-	} else if node, err = newClusterNode(ctx, cfg, nil, agent, logger); err != nil {
-		return err
+	o := a2.Options{
+		Listener:     ln,
+		Data:         cfg.data,
+		StoreURL:     cfg.store,
+		Logger:       logger,
+		LogLevel:     cfg.logLevel,
+		Gateway:      gateway.Options{AdminToken: cfg.adminToken, HeartbeatInterval: cfg.heartbeat, Agents: []string{defaultAgent}},
+		MetricsAddr:  cfg.metricsAddr,
+		ActorMetrics: cfg.actorMetrics,
+		PprofAddr:    cfg.pprofAddr,
+		Getenv:       getenv,
+		Ready:        func(base string) { printBanner(out, base, cfg, p) },
 	}
-	if node != nil {
-		if err := node.Start(ctx, rt); err != nil {
-			return err
-		}
-		defer node.Stop()
-		router = node.Router()
-	}
-
-	gopts := gateway.Options{AdminToken: cfg.adminToken, Logger: logger, HeartbeatInterval: cfg.heartbeat, Agents: []string{defaultAgent}}
 	if p.Script() != nil && cfg.cluster.role != cluster.RoleGateway {
-		gopts.Gates = p.Script()
+		o.Gateway.Gates = p.Script()
 	}
-	if node != nil {
-		gopts.ClusterStatus = func() any { return node.Status() }
+	if p.Real() && cfg.catalog != "" && cfg.catalog != "off" {
+		o.Runtime.Catalog = actors.CatalogCache{Source: cfg.catalog, Cache: &catalog.Cache{}}
 	}
-	gw := gateway.New(router, gopts)
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	srv.RegisterOnShutdown(gw.Close)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-
-	printBanner(out, "http://"+ln.Addr().String(), cfg, p)
-
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("the HTTP server stopped: %w", err)
-	case <-ctx.Done():
+	if c := cfg.cluster; c.role == cluster.RoleMember || c.role == cluster.RoleGateway {
+		o.Cluster = &a2.ClusterOptions{Name: c.name, Role: c.role, Bind: c.bind, Advertise: c.advertise, Join: c.joinList(),
+			LeaseTTL: c.leaseTTL, AllowLocalStore: c.allowLocal}
 	}
-	logger.Info("shutting down: finishing requests in flight")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if node != nil {
-		// A member hands its sessions over first; its HTTP requests in
-		// flight then finish through the cluster, before it leaves.
-		node.Drain(shutdownCtx)
-	}
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		logger.Warn("requests still running at the shutdown deadline were cut", "err", err)
-		_ = srv.Close()
-	}
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return a2.Serve(ctx, o, agent)
 }
 
 // printBanner tells a newcomer where the node is and what to do next.
@@ -446,40 +339,4 @@ func gcDescription(s gctune.Settings) string {
 		parts = append(parts, fmt.Sprintf("memory limit %.1f GiB", float64(s.Limit)/(1<<30)))
 	}
 	return strings.Join(parts, ", ") + " (GOGC / GOMEMLIMIT to choose otherwise; docs/http.md)"
-}
-
-// openStore opens the store cfg names: PostgreSQL when cfg.store is a
-// postgres:// (or postgresql://) URL, else Pebble in cfg.data. where
-// describes it for messages, without the URL's password.
-func openStore(ctx context.Context, cfg config, logger *slog.Logger) (store persistence.Store, where string, err error) {
-	if cfg.store == "" {
-		s, err := pebblestore.Open(cfg.data, pebblestore.Options{FS: cfg.fs, Logger: pebblestore.SlogLogger(logger)})
-		if err != nil {
-			if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
-				// Pebble's lock file: "resource temporarily unavailable"
-				// says nothing to a person.
-				return nil, cfg.data, fmt.Errorf("another node is using the data directory %s (its lock is held): stop that node, or give this one another directory with --data", cfg.data)
-			}
-			return nil, cfg.data, err
-		}
-		return s, cfg.data, nil
-	}
-	u, err := url.Parse(cfg.store)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, "--store", fmt.Errorf("--store (A2_STORE) must be a postgres:// URL")
-	}
-	where = u.Redacted()
-	var opts pgstore.Options
-	if cfg.cluster.role == cluster.RoleMember {
-		// A member shares the database with the cluster's other members:
-		// one group in flight each keeps the members' groups larger, and
-		// the database's transactions fewer, than a single node's two
-		// (docs/cluster.md, "Group commit in a cluster").
-		opts.Committers = 1
-	}
-	s, err := pgstore.Open(ctx, cfg.store, opts)
-	if err != nil {
-		return nil, where, err
-	}
-	return s, where, nil
 }

@@ -16,8 +16,6 @@ import (
 	"github.com/a2-runtime/a2/internal/gctune"
 	"github.com/a2-runtime/a2/internal/testutil"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/a2-runtime/a2/client"
 	"github.com/a2-runtime/a2/harness/catalog"
 	"github.com/a2-runtime/a2/harness/providers"
@@ -32,7 +30,7 @@ type runningNode struct {
 	done   chan error
 }
 
-// startNode runs serve on 127.0.0.1:0 with Pebble in memory and the demo
+// startNode runs serve on 127.0.0.1:0 with Pebble in a temporary directory and the demo
 // model without delay; the test's cleanup stops it if the test did not.
 func startNode(t *testing.T, cfg config) *runningNode {
 	t.Helper()
@@ -41,9 +39,8 @@ func startNode(t *testing.T, cfg config) *runningNode {
 		t.Fatal(err)
 	}
 	if cfg.data == "" {
-		cfg.data = "data"
+		cfg.data = t.TempDir()
 	}
-	cfg.fs = vfs.NewMem()
 	var logs testutil.SyncBuffer
 	cfg.logger = slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
