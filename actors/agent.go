@@ -23,7 +23,7 @@ type ModelProvider func(modelID string) (harness.Model, error)
 
 // HarnessOptions are the options of the default AI SDK harness. They exist
 // only here: passing them to the agent itself is not possible in Go's
-// types, which is the Go form of R-GEN-8's construction error.
+// types, which is the Go form of R-GEN-08's construction error.
 type HarnessOptions struct {
 	// Generation holds the per-step settings (static).
 	Generation harness.GenerationSettings
