@@ -6,7 +6,7 @@ import (
 )
 
 // CompactionOptions are the static options of automatic compaction
-// (harness.compaction of the reference, R-COMPACT-10). The zero value is
+// (harness.compaction of A2's TypeScript API, R-COMPACT-10). The zero value is
 // "omitted": automatic for supported Gateway models, with the threshold from
 // the model catalog.
 type CompactionOptions struct {

@@ -24,8 +24,8 @@ type SchemaFunc func(json.RawMessage) error
 func (f SchemaFunc) Validate(v json.RawMessage) error { return f(v) }
 
 // ConfigError is a construction-time error: an option that cannot work,
-// named with where it belongs. It is the Go form of the reference's
-// TypeError at construction (OQ-40).
+// named with where it belongs. It is the Go form of the TypeError
+// that A2's TypeScript API throws at construction (OQ-40).
 type ConfigError struct {
 	Option  string
 	Message string
@@ -541,7 +541,7 @@ func (c *Contract) UnmarshalState(b []byte) (*SessionState, error) {
 }
 
 // DeriveUIMessages folds a raw event history into its transcript
-// (deriveUIMessages of the reference). It agrees with Fold by construction
+// (deriveUIMessages of A2's TypeScript API). It agrees with Fold by construction
 // (R-CONTRACT-18) and fails like it when an ai.message.created precedes its
 // command (R-LOG-13).
 func DeriveUIMessages(history []Event) ([]TranscriptMessage, error) {

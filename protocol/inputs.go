@@ -1,7 +1,7 @@
 package protocol
 
-// Inputs holds the pure builders of ai.control.requested commands (the
-// reference's `inputs`), for server appends and client pushes (R-INPUT-01).
+// Inputs holds the pure builders of ai.control.requested commands (`inputs`
+// of A2's TypeScript API), for server appends and client pushes (R-INPUT-01).
 //
 // IDs (R-LOG-02..04): message, seed and steer commands use the message ID as
 // their event ID; approval, input-response and retry commands use stable
