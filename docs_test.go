@@ -13,12 +13,14 @@ import (
 )
 
 // The repository's own house rules, checked so that they hold after every
-// change: docs/rules.md defines every rule a Go comment cites, and no
-// hand-written Go file outgrows a reader.
+// change: docs/rules.md defines every rule a Go comment cites, the docs and
+// the comments point at nothing outside the repository's history (no work
+// session or issue numbers), and no hand-written Go file outgrows a reader.
 
 var (
-	ruleID      = regexp.MustCompile(`\bR-[A-Z]+-[0-9]+[a-z]?\b`)
-	ruleDefined = regexp.MustCompile(`^- \*\*(R-[A-Z]+-[0-9]+[a-z]?)\*\*: \S`)
+	ruleID       = regexp.MustCompile(`\b(R-[A-Z]+|OQ)-[0-9]+[a-z]?\b`)
+	ruleDefined  = regexp.MustCompile(`^- \*\*((?:R-[A-Z]+|OQ)-[0-9]+[a-z]?)\*\*: \S`)
+	workSessions = regexp.MustCompile(`(?i)\b(session|issue) [0-9]+\b`)
 )
 
 // goFiles returns the repository's Go files, hand-written and generated,
@@ -105,6 +107,32 @@ func TestEveryCitedRuleIsDefined(t *testing.T) {
 	slices.Sort(missing)
 	for _, m := range missing {
 		t.Errorf("docs/rules.md does not define %s", m)
+	}
+}
+
+func TestDocsAndCommentsNameNoWorkSessions(t *testing.T) {
+	check := func(where, text string) {
+		if m := workSessions.FindString(text); m != "" {
+			t.Errorf("%s: %q names a work session or an issue, which a reader of the repository cannot look up (say what, or cite a doc's section)", where, m)
+		}
+	}
+	docs, err := filepath.Glob("docs/*.md")
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs: %v", err)
+	}
+	for _, path := range append(docs, "README.md") {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			check(path+":"+strconv.Itoa(i+1), line)
+		}
+	}
+	for _, path := range goFiles(t) {
+		for n, c := range comments(t, path) {
+			check(path+":"+strconv.Itoa(n), c)
+		}
 	}
 }
 
