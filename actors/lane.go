@@ -37,7 +37,7 @@ type lane struct {
 	pid       *actor.PID
 	startedEv *protocol.Event
 	// startedAt is when the lane reported its start: the start waits for
-	// the lane's next report until startHold after it (tryFlush).
+	// the lane's next report until startHold after it (decideFlush).
 	startedAt time.Time
 	started   bool
 	// pre are the compaction events of the step, written after its start
@@ -48,7 +48,7 @@ type lane struct {
 	next     int                         // index of the next chunk to write
 	boundary bool
 	// finishedAt is when the step's finish chunk came: its end follows
-	// at once, and its chunks wait for it up to startHold (tryFlush).
+	// at once, and its chunks wait for it up to startHold (decideFlush).
 	finishedAt time.Time
 	end        *laneEnd
 	// span is the attempt's span (nil without a trace), began its start,

@@ -59,6 +59,8 @@ type sessionActor struct {
 	lastWrite   time.Time
 	tickPending bool
 	holdPending bool
+	// flushLanes is flushInput's scratch space.
+	flushLanes  []laneFlush
 	flushQueued bool // a flushNow is in the mailbox
 	stopping    bool
 	// releasing: the session stops once its write in flight is durable

@@ -121,65 +121,28 @@ func (s *sessionActor) flushSoon() {
 	s.ctx.Send(s.self, &flushNow{})
 }
 
-// tryFlush starts the next write when none is in flight. With maxDelayMs,
-// a batch of progress alone waits that long after the previous write,
-// unless it holds a boundary chunk or maxChunks chunks (R-PROGRESS-03).
+// tryFlush starts the next write when none is in flight and the batching
+// policy (decideFlush) says so; otherwise it arranges to look again when
+// the policy's wait ends.
 func (s *sessionActor) tryFlush() {
 	if s.writing || s.stopping {
 		return
 	}
-	chunks, boundary, events := 0, false, false
-	var hold time.Time // the earliest end of a hold (startHold)
-	for _, l := range s.lanes {
-		// A step whose finish chunk came has its end on the way (the
-		// lane sends it once its stream returns EOF): its chunks, and its
-		// start, wait for it up to startHold, so that a step's last
-		// chunks and its end are one write, not two.
-		if l.end == nil && !l.finishedAt.IsZero() && len(l.pre) == 0 {
-			if until := l.finishedAt.Add(startHold); time.Now().Before(until) {
-				if hold.IsZero() || until.Before(hold) {
-					hold = until
-				}
-				continue
-			}
-		}
-		chunks += len(l.chunks)
-		boundary = boundary || l.boundary || l.end != nil
-		// The events a lane reports before its chunks (a compaction's
-		// request) are written at once, so that a client sees a running
-		// compaction while its summary request is in flight. A start alone
-		// waits up to startHold for the lane's next report: a model that
-		// answers at once then writes its start, progress and end in one
-		// write instead of two, and one that does not is shown running
-		// a few milliseconds later.
-		events = events || len(l.pre) > 0
-		if l.startedEv != nil {
-			if until := l.startedAt.Add(startHold); len(l.chunks) > 0 || l.end != nil || !time.Now().Before(until) {
-				events = true
-			} else if hold.IsZero() || until.Before(hold) {
-				hold = until
-			}
-		}
-	}
-	boundary = boundary || events
-	if len(s.queue) == 0 && len(s.workQueue) == 0 && chunks == 0 && !events && !s.anyEnded() {
-		if !hold.IsZero() && !s.holdPending {
-			s.holdPending = true
-			self, sys := s.self, s.rt.system
-			time.AfterFunc(time.Until(hold), func() { sys.Root.Send(self, &holdTick{}) })
-		}
-		return
-	}
-	if d := time.Duration(s.agent.progress.MaxDelayMs) * time.Millisecond; d > 0 && len(s.queue) == 0 && len(s.workQueue) == 0 &&
-		!boundary && chunks < s.agent.progress.MaxChunks {
-		if wait := time.Until(s.lastWrite.Add(d)); wait > 0 {
+	v := decideFlush(s.flushInput(time.Now()))
+	if !v.write {
+		self, sys := s.self, s.rt.system
+		switch {
+		case v.wake.IsZero():
+		case v.tick:
 			if !s.tickPending {
 				s.tickPending = true
-				self, sys := s.self, s.rt.system
-				time.AfterFunc(wait, func() { sys.Root.Send(self, &flushTick{}) })
+				time.AfterFunc(time.Until(v.wake), func() { sys.Root.Send(self, &flushTick{}) })
 			}
-			return
+		case !s.holdPending:
+			s.holdPending = true
+			time.AfterFunc(time.Until(v.wake), func() { sys.Root.Send(self, &holdTick{}) })
 		}
+		return
 	}
 	batch, pushes, err := s.assemble()
 	spent := s.spent
@@ -235,16 +198,17 @@ func (s *sessionActor) tryFlush() {
 	persistence.AppendWithAsync(context.Background(), store, session, expected, batch, opts, done)
 }
 
-// anyEnded reports whether a lane has its terminal event to write. A
-// lane's start alone does not start a write: it rides with the step's
-// first chunks (or its end), which saves a synced write per step.
-func (s *sessionActor) anyEnded() bool {
+// flushInput gathers what decideFlush reads, at now. Its lanes reuse the
+// actor's scratch slice: a flush allocates nothing for its decision.
+func (s *sessionActor) flushInput(now time.Time) flushInput {
+	lanes := s.flushLanes[:0]
 	for _, l := range s.lanes {
-		if l.end != nil {
-			return true
-		}
+		lanes = append(lanes, laneFlush{chunks: len(l.chunks), boundary: l.boundary, ended: l.end != nil, pre: len(l.pre),
+			started: l.startedEv != nil, startedAt: l.startedAt, finishedAt: l.finishedAt})
 	}
-	return false
+	s.flushLanes = lanes
+	return flushInput{now: now, queued: len(s.queue) + len(s.workQueue), lanes: lanes,
+		maxDelay: time.Duration(s.agent.progress.MaxDelayMs) * time.Millisecond, maxChunks: s.agent.progress.MaxChunks, lastWrite: s.lastWrite}
 }
 
 // assemble turns the queue into one batch, folding as it goes.
