@@ -53,44 +53,22 @@ func (c *crashStore) crash() {
 	close(c.taken)
 }
 
-func (c *crashStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	out, err := c.Store.Append(ctx, session, expected, events)
+// Append counts and crashes after each append, with the options of the
+// store underneath (its work marks, its one write of a claim and a first
+// batch); an Async append when the store's committer reports it, before
+// the runtime hears of it.
+func (c *crashStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event, opts ...persistence.AppendOption) ([]protocol.Event, error) {
+	o := persistence.OptionsOf(opts)
+	if done := o.Done; done != nil {
+		o.Done = func(out []protocol.Event, err error) {
+			c.appended()
+			done(out, err)
+		}
+		return c.Store.Append(ctx, session, expected, events, o.Options()...)
+	}
+	out, err := c.Store.Append(ctx, session, expected, events, opts...)
 	c.appended()
 	return out, err
-}
-
-// AppendAsync counts and crashes as Append does, when the store's
-// committer reports the append (before the runtime hears of it).
-func (c *crashStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	persistence.AppendAsync(ctx, c.Store, session, expected, events, func(out []protocol.Event, err error) {
-		c.appended()
-		done(out, err)
-	})
-}
-
-// AppendWith and AppendWithAsync count and crash as Append does, and keep
-// the options of the store underneath (its work marks).
-func (c *crashStore) AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
-	out, err := persistence.AppendWith(ctx, c.Store, session, expected, events, opts)
-	c.appended()
-	return out, err
-}
-
-func (c *crashStore) AppendWithAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
-	persistence.AppendWithAsync(ctx, c.Store, session, expected, events, opts, func(out []protocol.Event, err error) {
-		c.appended()
-		done(out, err)
-	})
-}
-
-// AppendPrecededAsync counts and crashes as Append does, once for the
-// session's claim and first batch when the store underneath writes them in
-// one write (the Pebble store), so that the crash points fall after it.
-func (c *crashStore) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
-	persistence.AppendPrecededAsync(ctx, c.Store, pre, session, expected, events, opts, func(out []protocol.Event, err error) {
-		c.appended()
-		done(out, err)
-	})
 }
 
 func (c *crashStore) MarkWork(ctx context.Context, session string, at uint64, work bool) error {

@@ -296,7 +296,7 @@ func TestAMemberWhoseLeaseLapsedIsFencedAndStopped(t *testing.T) {
 	})
 	// A wakes up and writes at its old epoch: the store refuses it.
 	last, _ := st.LastIndex(ctx, "s")
-	_, err = st.AppendWith(ctx, "s", last, []protocol.Event{{ID: "from-a", Type: "app.note", Payload: []byte(`{}`)}}, persistence.AppendOptions{Epoch: held.Epoch})
+	_, err = st.Append(ctx, "s", last, []protocol.Event{{ID: "from-a", Type: "app.note", Payload: []byte(`{}`)}}, persistence.WithEpoch(held.Epoch))
 	if !errors.Is(err, persistence.ErrLeaseLost) {
 		t.Fatalf("an append at A's epoch after the takeover: %v, want ErrLeaseLost", err)
 	}

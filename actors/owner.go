@@ -126,7 +126,7 @@ func claimSession(ctx context.Context, store persistence.Store, agent, session s
 }
 
 // sessionClaim is the append of agent's claim of session, to precede the
-// session's first batch (persistence.AppendPrecededAsync: on the Pebble
+// session's first batch (persistence.Preceded: on the Pebble
 // store, in the same synced write). Its Check makes a claim another agent
 // made first ErrSessionOwned.
 func sessionClaim(ctx context.Context, store persistence.Store, agent, session string) persistence.Preceding {

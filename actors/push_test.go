@@ -47,16 +47,13 @@ func (g *gatedStore) wait() {
 	}
 }
 
-func (g *gatedStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	g.wait()
-	return g.countingStore.Append(ctx, session, expected, events)
-}
-
-func (g *gatedStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	go func() {
+// Append waits at the gate before each append, the claim's and the
+// batch's one after the other.
+func (g *gatedStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event, opts ...persistence.AppendOption) ([]protocol.Event, error) {
+	return persistence.AppendInTurn(ctx, func(ctx context.Context, session string, expected uint64, events []protocol.Event, o persistence.AppendOptions) ([]protocol.Event, error) {
 		g.wait()
-		done(g.countingStore.Append(ctx, session, expected, events))
-	}()
+		return g.countingStore.Append(ctx, session, expected, events, o.Options()...)
+	}, session, expected, events, persistence.OptionsOf(opts))
 }
 
 // A push that arrives while another push's batch is being written waits
@@ -206,9 +203,4 @@ func TestAPushToASessionThatDoesNotAnswer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close had not returned after 10 s: an actor it does not know of is still running")
 	}
-}
-
-// AppendPrecededAsync goes through Append, as AppendAsync does.
-func (g *gatedStore) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, _ persistence.AppendOptions, done func([]protocol.Event, error)) {
-	appendPreceded(g.Append, ctx, pre, session, expected, events, done)
 }

@@ -188,23 +188,18 @@ type failingStore struct {
 	failAt int64
 }
 
-func (f *failingStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
+// Append injects into each append, the claim's and the batch's one after
+// the other.
+func (f *failingStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event, opts ...persistence.AppendOption) ([]protocol.Event, error) {
+	return persistence.AppendInTurn(ctx, f.appendOne, session, expected, events, persistence.OptionsOf(opts))
+}
+
+func (f *failingStore) appendOne(ctx context.Context, session string, expected uint64, events []protocol.Event, o persistence.AppendOptions) ([]protocol.Event, error) {
 	if f.countingStore.appends.Load()+1 == f.failAt {
 		f.countingStore.appends.Add(1)
 		return nil, fmt.Errorf("injected: disk full")
 	}
-	return f.countingStore.Append(ctx, session, expected, events)
-}
-
-// AppendAsync injects as Append does.
-func (f *failingStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	go func() { done(f.Append(ctx, session, expected, events)) }()
-}
-
-// AppendPrecededAsync injects as Append does, into the claim's append and
-// the batch's, one after the other.
-func (f *failingStore) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, _ persistence.AppendOptions, done func([]protocol.Event, error)) {
-	appendPreceded(f.Append, ctx, pre, session, expected, events, done)
+	return f.countingStore.Append(ctx, session, expected, events, o.Options()...)
 }
 
 // R-GEN-17 R-DELIVERY-08: a store failure is not a turn failure: the

@@ -35,42 +35,18 @@ type countingStore struct {
 	countOnly bool
 }
 
-func (c *countingStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	c.count(events)
-	return c.Store.Append(ctx, session, expected, events)
-}
-
-// AppendAsync counts like Append and hands the append to the store's own
-// AppendAsync (persistence.AppendAsync), so that the runtime takes the
-// path it takes without the wrapper. A wrapper that embeds countingStore
-// and overrides Append to inject faults overrides AppendAsync too.
-func (c *countingStore) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	c.count(events)
-	persistence.AppendAsync(ctx, c.Store, session, expected, events, done)
-}
-
-// AppendPrecededAsync counts a session's first write and its ownership
-// claim as the one write the store makes of them, when the store makes one
-// (persistence.PrecedingAppender), and as two when it does not.
-func (c *countingStore) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
-	if _, ok := c.Store.(persistence.PrecedingAppender); !ok {
-		c.count(pre.Events)
+// Append counts the append and hands it to the store underneath with its
+// options, so that the runtime takes the path it takes without the
+// wrapper. A session's first write and its ownership claim (Preceded) count
+// as the one write the Pebble store makes of them, as two on another store.
+func (c *countingStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event, opts ...persistence.AppendOption) ([]protocol.Event, error) {
+	if o := persistence.OptionsOf(opts); o.Preceding != nil {
+		if _, one := c.Store.(*pebblestore.Store); !one {
+			c.count(o.Preceding.Events)
+		}
 	}
 	c.count(events)
-	persistence.AppendPrecededAsync(ctx, c.Store, pre, session, expected, events, opts, done)
-}
-
-// appendPreceded is AppendPrecededAsync through app, one append after the
-// other, for a wrapper that injects into its Append: it overrides
-// AppendPrecededAsync with it, as it overrides AppendAsync.
-func appendPreceded(app func(context.Context, string, uint64, []protocol.Event) ([]protocol.Event, error), ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	go func() {
-		if err := pre.Check(app(ctx, pre.Session, pre.Expected, pre.Events)); err != nil {
-			done(nil, err)
-			return
-		}
-		done(app(ctx, session, expected, events))
-	}()
+	return c.Store.Append(ctx, session, expected, events, opts...)
 }
 
 func (c *countingStore) count(events []protocol.Event) {

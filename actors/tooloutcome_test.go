@@ -234,18 +234,17 @@ type failFirstClaim struct {
 	failed atomic.Bool
 }
 
-func (f *failFirstClaim) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	for _, ev := range events {
-		if ev.Type == protocol.TypeToolExecClaimed && f.failed.CompareAndSwap(false, true) {
-			return nil, fmt.Errorf("injected: the claim write failed")
+// Append injects into each append, the claim's and the batch's one after
+// the other.
+func (f *failFirstClaim) Append(ctx context.Context, session string, expected uint64, events []protocol.Event, opts ...persistence.AppendOption) ([]protocol.Event, error) {
+	return persistence.AppendInTurn(ctx, func(ctx context.Context, session string, expected uint64, events []protocol.Event, o persistence.AppendOptions) ([]protocol.Event, error) {
+		for _, ev := range events {
+			if ev.Type == protocol.TypeToolExecClaimed && f.failed.CompareAndSwap(false, true) {
+				return nil, fmt.Errorf("injected: the claim write failed")
+			}
 		}
-	}
-	return f.countingStore.Append(ctx, session, expected, events)
-}
-
-// AppendAsync injects as Append does.
-func (f *failFirstClaim) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	go func() { done(f.Append(ctx, session, expected, events)) }()
+		return f.countingStore.Append(ctx, session, expected, events, o.Options()...)
+	}, session, expected, events, persistence.OptionsOf(opts))
 }
 
 // R-TOOL-15: under "report", an attempt that failed before Execute (its
@@ -278,9 +277,4 @@ func TestReportToolRetriesAFailureBeforeExecute(t *testing.T) {
 	if output != `"charged"` || errText != "" {
 		t.Fatalf("the call's result is %q / %q, want the tool's own result", output, errText)
 	}
-}
-
-// AppendPrecededAsync goes through Append, as AppendAsync does.
-func (f *failFirstClaim) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, _ persistence.AppendOptions, done func([]protocol.Event, error)) {
-	appendPreceded(f.Append, ctx, pre, session, expected, events, done)
 }

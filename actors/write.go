@@ -172,8 +172,7 @@ func (s *sessionActor) tryFlush() {
 	s.owned = true // or the write fails, which stops the actor
 	// The batch is folded into s.state: whether the session has work after
 	// it goes into the store's work index with it.
-	work := s.hasWork()
-	opts := persistence.AppendOptions{Work: &work, Epoch: s.lease.Epoch}
+	opts := []persistence.AppendOption{persistence.WithWork(s.hasWork()), persistence.WithEpoch(s.lease.Epoch)}
 	wt, began, n := s.takeWriteTrace(pushes), time.Now(), len(batch)
 	done := func(stored []protocol.Event, err error) {
 		endWrite(wt, began, n, stored, err)
@@ -186,16 +185,15 @@ func (s *sessionActor) tryFlush() {
 		}
 		sys.Root.Send(self, &writeDone{stored: stored, err: err})
 	}
+	ctx := context.Background()
 	if claim {
 		// The session's first write: its ownership claim precedes the
 		// batch, in the same synced write on a store that can.
-		ctx := context.Background()
-		persistence.AppendPrecededAsync(ctx, store, sessionClaim(ctx, store, agent, session), session, expected, batch, opts, done)
-		return
+		opts = append(opts, persistence.Preceded(sessionClaim(ctx, store, agent, session)))
 	}
-	// The store's committer tells the actor when the batch is durable (no
-	// goroutine waits for it), when the store can (the Pebble store).
-	persistence.AppendWithAsync(context.Background(), store, session, expected, batch, opts, done)
+	// The store's committer tells the actor when the batch is durable: no
+	// goroutine waits for it.
+	_, _ = store.Append(ctx, session, expected, batch, append(opts, persistence.Async(done))...)
 }
 
 // flushInput gathers what decideFlush reads, at now. Its lanes reuse the

@@ -29,11 +29,13 @@ type heldStore struct {
 	once    sync.Once
 }
 
-func (h *heldStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	if session == h.session && h.hold.Load() {
-		<-h.release
-	}
-	return h.Store.Append(ctx, session, expected, events)
+func (h *heldStore) Append(ctx context.Context, session string, expected uint64, events []protocol.Event, opts ...persistence.AppendOption) ([]protocol.Event, error) {
+	return persistence.AppendInTurn(ctx, func(ctx context.Context, s string, expected uint64, events []protocol.Event, o persistence.AppendOptions) ([]protocol.Event, error) {
+		if s == h.session && h.hold.Load() {
+			<-h.release
+		}
+		return h.Store.Append(ctx, s, expected, events, o.Options()...)
+	}, session, expected, events, persistence.OptionsOf(opts))
 }
 
 func (h *heldStore) open() { h.once.Do(func() { close(h.release) }) }

@@ -58,7 +58,12 @@ type Store interface {
 	// ErrFailed means the storage failed during the write: the batch may or
 	// may not be durable. Reopen the store and resubmit the same batch; an
 	// identical resubmission replays if it landed and appends if it did not.
-	Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error)
+	//
+	// opts carry what an append may need beyond its batch (append.go): the
+	// session's work mark (WithWork), its lease's fence (WithEpoch), an
+	// append to another log that must be durable no later than the batch
+	// (Preceded), and an answer without waiting (Async).
+	Append(ctx context.Context, session string, expected uint64, events []protocol.Event, opts ...AppendOption) ([]protocol.Event, error)
 
 	// Lookup returns the stored events among ids, from any session, in the
 	// order of ids, skipping IDs that are not stored (an ID listed twice is
@@ -106,27 +111,6 @@ type Store interface {
 	// later call return ErrClosed (a blocked Wait returns ErrClosed at once).
 	// Closing a closed store returns nil.
 	Close() error
-}
-
-// AsyncAppender is implemented by a store that can append without its
-// caller waiting: AppendAsync does what Append does and calls done once with
-// what Append would return, when the batch is durable or the append has
-// failed. done may run on the caller's goroutine (an append that ends
-// before its commit) or on one of the store's; it must not block nor call
-// the store. The session actor uses it when its store has it, to save a
-// goroutine and a wake-up per write.
-type AsyncAppender interface {
-	AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error))
-}
-
-// AppendAsync appends with store's AppendAsync when it has one, else with
-// Append on a goroutine of its own, and calls done with the result.
-func AppendAsync(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	if a, ok := store.(AsyncAppender); ok {
-		a.AppendAsync(ctx, session, expected, events, done)
-		return
-	}
-	go func() { done(store.Append(ctx, session, expected, events)) }()
 }
 
 // Snapshot is a reducer's state folded up to and including Index of a

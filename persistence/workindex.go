@@ -2,8 +2,6 @@ package persistence
 
 import (
 	"context"
-
-	"github.com/a2-runtime/a2/protocol"
 )
 
 // WorkIndexer is implemented by a store that keeps a durable index of the
@@ -24,11 +22,9 @@ import (
 // would not resume until it is next addressed, which is the case the index
 // must never have.
 type WorkIndexer interface {
-	// The store's appends take AppendOptions.Work: AppendWith sets (Work
-	// true) or clears (Work false) the session's index entry in the same
-	// atomic write as the batch. An identical resubmission replays as
-	// Append does and changes nothing.
-	OptionsAppender
+	// The store's appends take WithWork: an append sets (true) or clears
+	// (false) the session's index entry in the same atomic write as the
+	// batch. An identical resubmission replays and changes nothing.
 	// MarkWork sets or clears the session's entry without appending, only
 	// if the session's last index is at (ErrIndexConflict otherwise): it is
 	// fenced like an append, so a stale writer cannot clear the entry of a
@@ -46,90 +42,4 @@ type WorkIndexer interface {
 	// MarkWorkIndexComplete records that every session of the store has
 	// its entry (a full scan visited them all).
 	MarkWorkIndexComplete(ctx context.Context) error
-}
-
-// AppendOptions are what an append may carry beyond Append's arguments.
-type AppendOptions struct {
-	// Work, when set, marks whether the session has work once the batch is
-	// folded, in the store's work index (WorkIndexer), in the same atomic
-	// write as the batch.
-	Work *bool
-	// Epoch, when not 0, fences the append by the session's lease
-	// (Leaser): it is refused with ErrLeaseLost, and nothing is written,
-	// unless the session's lease is at this epoch. An identical
-	// resubmission still replays.
-	Epoch uint64
-}
-
-// OptionsAppender is implemented by a store whose appends take
-// AppendOptions.
-type OptionsAppender interface {
-	// AppendWith is Append with opts.
-	AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts AppendOptions) ([]protocol.Event, error)
-	// AppendWithAsync is AppendWith as AsyncAppender.AppendAsync is Append.
-	AppendWithAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts AppendOptions, done func([]protocol.Event, error))
-}
-
-// AppendWithAsync appends with store's AppendWithAsync when it takes
-// AppendOptions; else with AppendAsync, without the options (a store
-// without a work index has no mark to write, and one without leases is
-// given no epoch: the caller fences by the expected index only).
-func AppendWithAsync(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, opts AppendOptions, done func([]protocol.Event, error)) {
-	if w, ok := store.(OptionsAppender); ok {
-		w.AppendWithAsync(ctx, session, expected, events, opts, done)
-		return
-	}
-	AppendAsync(ctx, store, session, expected, events, done)
-}
-
-// AppendWith appends with store's AppendWith when it takes AppendOptions;
-// else with Append, without the options.
-func AppendWith(ctx context.Context, store Store, session string, expected uint64, events []protocol.Event, opts AppendOptions) ([]protocol.Event, error) {
-	if w, ok := store.(OptionsAppender); ok {
-		return w.AppendWith(ctx, session, expected, events, opts)
-	}
-	return store.Append(ctx, session, expected, events)
-}
-
-// Preceding is an append to another log that must be durable no later than
-// the batch it precedes: a session's ownership claim before the session's
-// first batch (actors, owner.go).
-type Preceding struct {
-	Session  string
-	Expected uint64
-	Events   []protocol.Event
-	// Check turns the preceding append's result, when it ends without
-	// writing (an identical resubmission, a conflict), into the batch's
-	// fate: nil lets the batch be written, an error is the batch's error
-	// and nothing of the batch is written. It runs on the caller's
-	// goroutine and may read the store.
-	Check func(stored []protocol.Event, err error) error
-}
-
-// PrecedingAppender is implemented by a store that writes a batch and the
-// append that must precede it in one atomic, synced write.
-type PrecedingAppender interface {
-	// AppendPrecededAsync is AppendWithAsync of the batch after pre: both in
-	// one write when both are new; pre alone when the batch ends before its
-	// commit (done then gets the batch's result); the batch alone when pre
-	// ends without writing and pre.Check lets it.
-	AppendPrecededAsync(ctx context.Context, pre Preceding, session string, expected uint64, events []protocol.Event, opts AppendOptions, done func([]protocol.Event, error))
-}
-
-// AppendPrecededAsync appends pre, then the batch, with store's
-// AppendPrecededAsync when it has one (one synced write for both); else
-// one after the other on a goroutine of its own: pre's Append, pre.Check,
-// then AppendWith.
-func AppendPrecededAsync(ctx context.Context, store Store, pre Preceding, session string, expected uint64, events []protocol.Event, opts AppendOptions, done func([]protocol.Event, error)) {
-	if a, ok := store.(PrecedingAppender); ok {
-		a.AppendPrecededAsync(ctx, pre, session, expected, events, opts, done)
-		return
-	}
-	go func() {
-		if err := pre.Check(store.Append(ctx, pre.Session, pre.Expected, pre.Events)); err != nil {
-			done(nil, err)
-			return
-		}
-		done(AppendWith(ctx, store, session, expected, events, opts))
-	}()
 }

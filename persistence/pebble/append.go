@@ -18,28 +18,41 @@ import (
 // Append implements persistence.Store. The steps, all under the session's
 // append lock: claim the batch's IDs; look them up (duplicates before the
 // index check, OQ-36); compare expected with the cached last index; write the
-// events, their ID-index entries and the session meta in one batch with a
-// WAL sync; advance the acknowledged last index and wake waiters.
-func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events, persistence.AppendOptions{})
+// events, their ID-index entries, the session meta and the work mark in
+// one batch with a WAL sync (a Preceded append's batch applied to it, so
+// that one commit writes both); advance the acknowledged last index and
+// wake waiters.
+//
+// Async: the steps up to the commit run on the caller's goroutine, and done
+// is called on the caller's goroutine when the append ends before the
+// commit (an invalid batch, a resubmission, a conflict), else on the
+// store's committer goroutine once the batch is durable or has failed. It
+// spares the caller a goroutine that waits for the commit and is woken
+// after it: the session actor hands the batch over and is told by the
+// committer (docs/storage.md §2.3).
+func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event, opts ...persistence.AppendOption) ([]protocol.Event, error) {
+	o := persistence.OptionsOf(opts)
+	switch {
+	case o.Done != nil:
+		s.appendAsync(ctx, session, expected, events, o, o.Done)
+		return nil, nil
+	case o.Preceding != nil:
+		return persistence.Await(func(done func([]protocol.Event, error)) { s.appendAsync(ctx, session, expected, events, o, done) })
+	}
+	p, result, err := s.prepareAppend(ctx, session, expected, events, o)
 	if p == nil {
 		return result, err
 	}
 	return p.finish(s.commit(p.b))
 }
 
-// AppendAsync implements persistence.AsyncAppender: Append's steps up to
-// the commit run on the caller's goroutine, and done is called once with
-// what Append would return, on the caller's goroutine when the append ends
-// before the commit (an invalid batch, a resubmission, a conflict), else on
-// the store's committer goroutine once the batch is durable or has failed.
-// done must not block nor call the store.
-//
-// It spares the caller a goroutine that waits for the commit and is woken
-// after it: the session actor hands the batch over and is told by the
-// committer (docs/storage.md §2.3).
-func (s *Store) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events, persistence.AppendOptions{})
+// appendAsync is Append with o, answering done.
+func (s *Store) appendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, o persistence.AppendOptions, done func([]protocol.Event, error)) {
+	if o.Preceding != nil {
+		s.appendPreceded(ctx, *o.Preceding, session, expected, events, o, done)
+		return
+	}
+	p, result, err := s.prepareAppend(ctx, session, expected, events, o)
 	if p == nil {
 		done(result, err)
 		return

@@ -151,7 +151,7 @@ func TestGroupCommitFailsTogether(t *testing.T) {
 	}
 }
 
-// appendAsync calls AppendAsync and returns what done received, failing the
+// appendAsync calls Append with Async and returns what done received, failing the
 // test if done is not called exactly once within 10 s.
 func appendAsync(t *testing.T, s *Store, ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
 	t.Helper()
@@ -160,23 +160,23 @@ func appendAsync(t *testing.T, s *Store, ctx context.Context, session string, ex
 		err error
 	}
 	out := make(chan result, 2)
-	s.AppendAsync(ctx, session, expected, events, func(evs []protocol.Event, err error) { out <- result{evs, err} })
+	s.Append(ctx, session, expected, events, persistence.Async(func(evs []protocol.Event, err error) { out <- result{evs, err} }))
 	select {
 	case r := <-out:
 		select {
 		case <-out:
-			t.Fatal("AppendAsync called done twice")
+			t.Fatal("an Async append called done twice")
 		case <-time.After(20 * time.Millisecond):
 		}
 		return r.evs, r.err
 	case <-time.After(10 * time.Second):
-		t.Fatal("AppendAsync did not call done")
+		t.Fatal("an Async append did not call done")
 		return nil, nil
 	}
 }
 
 // TestAppendAsyncAnswersAsAppend: for good and bad batches alike,
-// AppendAsync's done receives what Append returns on a store in the same
+// an Async append's done receives what Append returns on a store in the same
 // state, and writes what Append writes.
 func TestAppendAsyncAnswersAsAppend(t *testing.T) {
 	ev := func(id, payload string) protocol.Event {
@@ -269,8 +269,8 @@ func TestAppendAsyncAnswersOnceDurable(t *testing.T) {
 			sessions := sessionNames("s", 10)
 			answers := make(chan error, len(sessions))
 			for _, session := range sessions {
-				f.s.AppendAsync(t.Context(), session, 0, []protocol.Event{{ID: "e-" + session, Type: "t", Payload: []byte(`1`)}},
-					func(_ []protocol.Event, err error) { answers <- err })
+				f.s.Append(t.Context(), session, 0, []protocol.Event{{ID: "e-" + session, Type: "t", Payload: []byte(`1`)}},
+					persistence.Async(func(_ []protocol.Event, err error) { answers <- err }))
 			}
 			f.queued(t, len(sessions))
 			select {

@@ -135,10 +135,7 @@ type Store struct {
 	group groupCommit
 }
 
-var (
-	_ persistence.Store         = (*Store)(nil)
-	_ persistence.AsyncAppender = (*Store)(nil)
-)
+var _ persistence.Store = (*Store)(nil)
 
 // Open opens the store in dir, creating it if needed. Opening replays
 // Pebble's WAL, so everything an acknowledged Append wrote is there.

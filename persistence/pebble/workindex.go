@@ -32,32 +32,14 @@ func setWork(b *pebbledb.Batch, session string, work bool) error {
 	return nil
 }
 
-// AppendWith implements persistence.OptionsAppender.
-func (s *Store) AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events, opts)
-	if p == nil {
-		return result, err
-	}
-	return p.finish(s.commit(p.b))
-}
-
-// AppendWithAsync implements persistence.OptionsAppender, as AppendAsync.
-func (s *Store) AppendWithAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
-	p, result, err := s.prepareAppend(ctx, session, expected, events, opts)
-	if p == nil {
-		done(result, err)
-		return
-	}
-	s.commitAsync(p.b, func(err error) { done(p.finish(err)) })
-}
-
-// AppendPrecededAsync implements persistence.PrecedingAppender: pre and
+// appendPreceded is the append of a batch Preceded by pre: pre and
 // the batch are prepared one after the other (each under its own log's
 // append lock, pre's first), and pre's Pebble batch is applied to the
 // batch's, so that one commit, in one group, writes both. When the batch
 // ends before its commit (a resubmission, a conflict), pre is committed
 // alone, as an append before it would have been.
-func (s *Store) AppendPrecededAsync(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
+func (s *Store) appendPreceded(ctx context.Context, pre persistence.Preceding, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
+	opts.Preceding, opts.Done = nil, nil
 	if pre.Session == session {
 		done(nil, fmt.Errorf("%w: a preceding append to the batch's own session %q", persistence.ErrInvalid, session))
 		return
@@ -68,7 +50,7 @@ func (s *Store) AppendPrecededAsync(ctx context.Context, pre persistence.Precedi
 			done(nil, err)
 			return
 		}
-		s.AppendWithAsync(ctx, session, expected, events, opts, done)
+		s.appendAsync(ctx, session, expected, events, opts, done)
 		return
 	}
 	p, result, err := s.prepareAppend(ctx, session, expected, events, opts)

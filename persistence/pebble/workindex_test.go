@@ -103,7 +103,7 @@ func TestAppendPrecededAsync(t *testing.T) {
 			syncs := fsyncCount(m)
 			res := make(chan error, 1)
 			pre := persistence.Preceding{Session: "owner", Events: ev("claim"), Check: check}
-			s.AppendPrecededAsync(ctx, pre, c.session, c.expected, ev("batch"), persistence.AppendOptions{}, func(_ []protocol.Event, err error) { res <- err })
+			s.Append(ctx, c.session, c.expected, ev("batch"), persistence.Preceded(pre), persistence.Async(func(_ []protocol.Event, err error) { res <- err }))
 			if err := <-res; !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
 				t.Fatalf("err = %v, want %v", err, c.wantErr)
 			}

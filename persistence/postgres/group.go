@@ -76,10 +76,9 @@ type committer struct {
 	statements, batches atomic.Int64
 }
 
-// AppendWithAsync implements persistence.OptionsAppender: the append joins
-// the next group and done is called when the group has committed (or the
-// append has failed).
-func (s *Store) AppendWithAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
+// appendAsync is an append that joins the next group; done is called when
+// the group has committed (or the append has failed).
+func (s *Store) appendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions, done func([]protocol.Event, error)) {
 	batch, err := persistence.PrepareBatch(session, events)
 	if err == nil {
 		err = ctx.Err()
@@ -112,19 +111,14 @@ func (s *Store) AppendWithAsync(ctx context.Context, session string, expected ui
 	}
 }
 
-// AppendAsync implements persistence.AsyncAppender.
-func (s *Store) AppendAsync(ctx context.Context, session string, expected uint64, events []protocol.Event, done func([]protocol.Event, error)) {
-	s.AppendWithAsync(ctx, session, expected, events, persistence.AppendOptions{}, done)
-}
-
-// appendWait is AppendWithAsync that waits for its result.
+// appendWait is appendAsync that waits for its result.
 func (s *Store) appendWait(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
 	type result struct {
 		evs []protocol.Event
 		err error
 	}
 	ch := make(chan result, 1)
-	s.AppendWithAsync(ctx, session, expected, events, opts, func(evs []protocol.Event, err error) { ch <- result{evs, err} })
+	s.appendAsync(ctx, session, expected, events, opts, func(evs []protocol.Event, err error) { ch <- result{evs, err} })
 	r := <-ch
 	return r.evs, r.err
 }

@@ -306,9 +306,21 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 }
 
 // Append implements persistence.Store: the batch joins the next group
-// commit (group.go) and Append waits for it.
-func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event) ([]protocol.Event, error) {
-	return s.appendWait(ctx, session, expected, events, persistence.AppendOptions{})
+// commit (group.go) and Append waits for it, or (Async) is told when it
+// has committed. A Preceded append is written first, in a group of its
+// own, then the batch.
+func (s *Store) Append(ctx context.Context, session string, expected uint64, events []protocol.Event, opts ...persistence.AppendOption) ([]protocol.Event, error) {
+	o := persistence.OptionsOf(opts)
+	switch {
+	case o.Preceding != nil:
+		return persistence.AppendInTurn(ctx, s.appendWait, session, expected, events, o)
+	case o.Done != nil:
+		done := o.Done
+		o.Done = nil
+		s.appendAsync(ctx, session, expected, events, o, done)
+		return nil, nil
+	}
+	return s.appendWait(ctx, session, expected, events, o)
 }
 
 // retryable reports whether a group failed on a race that a new

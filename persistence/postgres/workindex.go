@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/a2-runtime/a2/persistence"
-	"github.com/a2-runtime/a2/protocol"
 )
 
 // The index of sessions with work (persistence.WorkIndexer): the column
@@ -18,11 +17,6 @@ import (
 var _ persistence.WorkIndexer = (*Store)(nil)
 
 const workIndexComplete = "work-index-complete"
-
-// AppendWith implements persistence.OptionsAppender.
-func (s *Store) AppendWith(ctx context.Context, session string, expected uint64, events []protocol.Event, opts persistence.AppendOptions) ([]protocol.Event, error) {
-	return s.appendWait(ctx, session, expected, events, opts)
-}
 
 // MarkWork implements persistence.WorkIndexer: one statement that updates
 // the session's row only at the expected last index.

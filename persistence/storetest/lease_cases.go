@@ -184,8 +184,7 @@ var leaseCases = []testCase{
 		e.renewMember("a", leaseTTL)
 		e.renewMember("b", leaseTTL)
 		a := e.acquire("s1", "a")
-		w := e.s.(persistence.OptionsAppender)
-		first, err := w.AppendWith(e.ctx, "s1", 0, evs("a", 2), persistence.AppendOptions{Epoch: a.Epoch})
+		first, err := e.s.Append(e.ctx, "s1", 0, evs("a", 2), persistence.WithEpoch(a.Epoch))
 		if err != nil {
 			e.t.Fatalf("an append at the session's epoch: %v", err)
 		}
@@ -193,17 +192,17 @@ var leaseCases = []testCase{
 			e.t.Fatal(err)
 		}
 		b := e.acquire("s1", "b")
-		_, err = w.AppendWith(e.ctx, "s1", 2, evs("stale", 1), persistence.AppendOptions{Epoch: a.Epoch})
+		_, err = e.s.Append(e.ctx, "s1", 2, evs("stale", 1), persistence.WithEpoch(a.Epoch))
 		wantErr(e.t, "an append at the epoch before", err, persistence.ErrLeaseLost)
 		e.wantLog("s1", first)
 		if got := e.lookup("stale-1"); len(got) != 0 {
 			e.t.Fatalf("a refused append stored %s", showAll(got))
 		}
 		// A resubmission of what the old epoch wrote still replays.
-		if got, err := w.AppendWith(e.ctx, "s1", 0, evs("a", 2), persistence.AppendOptions{Epoch: a.Epoch}); err != nil || !sameEvents(got, first) {
+		if got, err := e.s.Append(e.ctx, "s1", 0, evs("a", 2), persistence.WithEpoch(a.Epoch)); err != nil || !sameEvents(got, first) {
 			e.t.Fatalf("a resubmission at the old epoch = %s, %v; want the stored events %s", showAll(got), err, showAll(first))
 		}
-		next, err := w.AppendWith(e.ctx, "s1", 2, evs("b", 1), persistence.AppendOptions{Epoch: b.Epoch})
+		next, err := e.s.Append(e.ctx, "s1", 2, evs("b", 1), persistence.WithEpoch(b.Epoch))
 		if err != nil {
 			e.t.Fatalf("an append at the new epoch: %v", err)
 		}
@@ -211,15 +210,15 @@ var leaseCases = []testCase{
 		// A member that activates a session again fences its own earlier
 		// activation.
 		b2 := e.acquire("s1", "b")
-		_, err = w.AppendWith(e.ctx, "s1", 3, evs("b-old", 1), persistence.AppendOptions{Epoch: b.Epoch})
+		_, err = e.s.Append(e.ctx, "s1", 3, evs("b-old", 1), persistence.WithEpoch(b.Epoch))
 		wantErr(e.t, "an append at the same member's earlier epoch", err, persistence.ErrLeaseLost)
-		last, err := w.AppendWith(e.ctx, "s1", 3, evs("b-new", 1), persistence.AppendOptions{Epoch: b2.Epoch})
+		last, err := e.s.Append(e.ctx, "s1", 3, evs("b-new", 1), persistence.WithEpoch(b2.Epoch))
 		if err != nil {
 			e.t.Fatalf("an append at the member's new epoch: %v", err)
 		}
 		e.wantLog("s1", append(append(first, next...), last...))
 		// A session never acquired is at epoch 0: any fenced append is refused.
-		_, err = w.AppendWith(e.ctx, "never-owned", 0, evs("c", 1), persistence.AppendOptions{Epoch: 1})
+		_, err = e.s.Append(e.ctx, "never-owned", 0, evs("c", 1), persistence.WithEpoch(1))
 		wantErr(e.t, "a fenced append of a session never owned", err, persistence.ErrLeaseLost)
 		e.wantLog("never-owned", nil)
 		if _, found, err := l.ReadLease(e.ctx, "never-owned"); err != nil || found {

@@ -39,13 +39,13 @@ var workIndexCases = []testCase{
 	{name: "work-index/nothing-changes-on-a-refused-append", run: func(e *env) {
 		w := e.workIndexer()
 		e.appendMarked(w, "s1", 0, true, evs("a", 1)...)
-		_, err := w.AppendWith(e.ctx, "s1", 0, evs("b", 1), marked(false))
-		wantErr(e.t, "AppendWith at a stale index", err, persistence.ErrIndexConflict)
-		_, err = w.AppendWith(e.ctx, "s1", 1, nil, marked(false))
-		wantErr(e.t, "AppendWith of an empty batch", err, persistence.ErrInvalid)
+		_, err := e.s.Append(e.ctx, "s1", 0, evs("b", 1), marked(false))
+		wantErr(e.t, "a marked append at a stale index", err, persistence.ErrIndexConflict)
+		_, err = e.s.Append(e.ctx, "s1", 1, nil, marked(false))
+		wantErr(e.t, "a marked append of an empty batch", err, persistence.ErrInvalid)
 		e.wantWork(w, "s1")
 		// An identical resubmission replays and marks nothing.
-		got, err := w.AppendWith(e.ctx, "s1", 7, evs("a", 1), marked(false))
+		got, err := e.s.Append(e.ctx, "s1", 7, evs("a", 1), marked(false))
 		if err != nil || len(got) != 1 || got[0].Index != 1 {
 			e.t.Fatalf("resubmission = %s, %v", showAll(got), err)
 		}
@@ -102,8 +102,8 @@ func (e *env) workIndexer() persistence.WorkIndexer {
 
 func (e *env) appendMarked(w persistence.WorkIndexer, session string, expected uint64, work bool, batch ...protocol.Event) {
 	e.t.Helper()
-	if _, err := w.AppendWith(e.ctx, session, expected, batch, marked(work)); err != nil {
-		e.t.Fatalf("AppendWith(%q, %d, work %v): %v", session, expected, work, err)
+	if _, err := e.s.Append(e.ctx, session, expected, batch, marked(work)); err != nil {
+		e.t.Fatalf("Append(%q, %d, WithWork(%v)): %v", session, expected, work, err)
 	}
 }
 
@@ -116,4 +116,4 @@ func (e *env) wantWork(w persistence.WorkIndexer, sessions ...string) {
 }
 
 // marked are the options of an append that marks the session's work.
-func marked(work bool) persistence.AppendOptions { return persistence.AppendOptions{Work: &work} }
+func marked(work bool) persistence.AppendOption { return persistence.WithWork(work) }
