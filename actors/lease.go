@@ -10,6 +10,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/persistence"
 )
 
@@ -84,11 +85,11 @@ var (
 	// owns the session: an ErrUnavailable, retried by a cluster's router;
 	// the runtime activates the session again when that member's lease
 	// ends.
-	ErrLeaseHeld = fmt.Errorf("%w: the session is leased to another member", ErrUnavailable)
+	ErrLeaseHeld = wire.ErrLeaseHeld
 	// ErrNotServing is an activation refused because this member's lease
 	// has lapsed (until a renewal succeeds) or it stepped down (until it
 	// steps up): an ErrUnavailable.
-	ErrNotServing = fmt.Errorf("%w: this member is not serving sessions", ErrUnavailable)
+	ErrNotServing = wire.ErrNotServing
 	// errLeaseLost is the cause of a session actor's stop when its
 	// ownership was taken over, or its member's lease lapsed or was given
 	// up: its work in flight is superseded.

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -29,7 +30,7 @@ import (
 
 // ErrSessionOwned is returned for a session that another agent of the
 // store has claimed (the gateway answers 409 SESSION_OWNED).
-var ErrSessionOwned = errors.New("actors: the session belongs to another agent")
+var ErrSessionOwned = wire.ErrSessionOwned
 
 // ownerEventType is the type of a session's claim.
 const ownerEventType = "a2.session.owner"

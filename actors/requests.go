@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/a2-runtime/a2/actors/sessionpb"
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/telemetry"
@@ -60,7 +61,7 @@ func (r *Runtime) Push(ctx context.Context, agentName, session string, events []
 	req := &sessionpb.PushRequest{Agent: agentName, Session: session, Trusted: trusted, Trace: telemetry.Inject(ctx)}
 	for _, ev := range events {
 		ev.Session = session
-		req.Events = append(req.Events, toPB(ev))
+		req.Events = append(req.Events, wire.EventToPB(ev))
 	}
 	res, err := r.request(ctx, a, session, req)
 	if err != nil {
@@ -68,9 +69,9 @@ func (r *Runtime) Push(ctx context.Context, agentName, session string, events []
 	}
 	resp := res.(*sessionpb.PushResponse)
 	if resp.Error != nil {
-		return nil, fromPBError(resp.Error)
+		return nil, wire.FromPBError(resp.Error)
 	}
-	return fromPBs(resp.Events), nil
+	return wire.EventsFromPB(resp.Events), nil
 }
 
 // State returns the session's folded state (AIState merged with the
@@ -168,7 +169,7 @@ func (r *Runtime) state(ctx context.Context, agentName, session string) (*Agent,
 	}
 	resp := res.(*sessionpb.StateResponse)
 	if resp.Error != nil {
-		return nil, nil, 0, fromPBError(resp.Error)
+		return nil, nil, 0, wire.FromPBError(resp.Error)
 	}
 	return a, resp.State, resp.Index, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -86,14 +87,14 @@ func (o Options) withDefaults() Options {
 
 // Errors of the runtime's API. Validation errors are *protocol.ValidationError.
 var (
-	ErrUnknownAgent          = errors.New("actors: unknown agent")
-	ErrClosed                = errors.New("actors: runtime closed")
+	ErrUnknownAgent          = wire.ErrUnknownAgent
+	ErrClosed                = wire.ErrClosed
 	ErrPartialDuplicateBatch = persistence.ErrPartialDuplicateBatch
-	ErrUnavailable           = errors.New("actors: session unavailable")
+	ErrUnavailable           = wire.ErrUnavailable
 	// ErrMoved is a request for a session that this runtime does not place
 	// (Options.Place): another member serves it. It is an ErrUnavailable,
 	// so that a caller that does not route answers 503.
-	ErrMoved = fmt.Errorf("%w: the session is placed on another member", ErrUnavailable)
+	ErrMoved = wire.ErrMoved
 )
 
 // Runtime runs the session actors of a set of agents over one store, in one

@@ -12,6 +12,7 @@ import (
 
 	"github.com/a2-runtime/a2/actors/sessionpb"
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/telemetry"
@@ -190,14 +191,14 @@ func (s *sessionActor) Receive(c actor.Context) {
 		s.loseLease(m.why)
 	case *sessionpb.PushRequest:
 		if s.broken != nil {
-			c.Respond(&sessionpb.PushResponse{Error: toPBError(s.broken)})
+			c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(s.broken)})
 			return
 		}
 		s.onPush(c, m)
 	case *statusRequest:
 		s.answerDurable(c, func() any { return &statusReply{err: s.broken} }, &s.idleWaiters, func() any { return s.statusReply() })
 	case *sessionpb.StateRequest:
-		s.answerDurable(c, func() any { return &sessionpb.StateResponse{Error: toPBError(s.broken)} }, &s.waiters, func() any { return s.stateResponse() })
+		s.answerDurable(c, func() any { return &sessionpb.StateResponse{Error: wire.ToPBError(s.broken)} }, &s.waiters, func() any { return s.stateResponse() })
 	case *writeDone:
 		s.onWriteDone(m)
 	case *laneStarted, *laneChunk, *laneEnd, *laneEvent:
@@ -424,7 +425,7 @@ func (s *sessionActor) statusReply() *statusReply {
 func (s *sessionActor) stateResponse() *sessionpb.StateResponse {
 	b, err := s.state.MarshalJSON()
 	if err != nil {
-		return &sessionpb.StateResponse{Error: toPBError(err)}
+		return &sessionpb.StateResponse{Error: wire.ToPBError(err)}
 	}
 	return &sessionpb.StateResponse{State: b, Index: s.index}
 }

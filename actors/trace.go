@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/a2-runtime/a2/actors/sessionpb"
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/telemetry"
 )
@@ -211,7 +212,7 @@ func endAdmit(p *pendingPush, stored []protocol.Event, err error) {
 		if len(stored) > 0 {
 			p.span.SetAttributes(attribute.Int64(telemetry.AttrLogIndex, int64(stored[0].Index)))
 		}
-		telemetry.Fail(p.span, CodeOf(err), err)
+		telemetry.Fail(p.span, wire.CodeOf(err), err)
 	}
 	p.span.End()
 }

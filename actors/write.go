@@ -15,6 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/a2-runtime/a2/actors/sessionpb"
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -44,7 +45,7 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 		c.Respond(&stoppingReply{})
 		return
 	}
-	events := fromPBs(m.Events)
+	events := wire.EventsFromPB(m.Events)
 	ids := make([]string, len(events))
 	for i, ev := range events {
 		ids[i] = ev.ID
@@ -53,7 +54,7 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 	var err error
 	s.rt.dispatcher.blocking(func() { stored, err = s.store.Lookup(context.Background(), ids) })
 	if err != nil {
-		c.Respond(&sessionpb.PushResponse{Error: toPBError(fmt.Errorf("%w: %v", ErrUnavailable, err))})
+		c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(fmt.Errorf("%w: %v", ErrUnavailable, err))})
 		return
 	}
 	if len(stored) > 0 {
@@ -67,20 +68,20 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 			if same {
 				out := make([]*sessionpb.Event, len(stored))
 				for i, ev := range stored {
-					out[i] = toPB(ev)
+					out[i] = wire.EventToPB(ev)
 				}
 				c.Respond(&sessionpb.PushResponse{Events: out})
 				return
 			}
 		}
-		c.Respond(&sessionpb.PushResponse{Error: toPBError(fmt.Errorf("%w: an event ID is already used with other content, action or session, or a batch mixes stored and new events", persistence.ErrPartialDuplicateBatch))})
+		c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(fmt.Errorf("%w: an event ID is already used with other content, action or session, or a batch mixes stored and new events", persistence.ErrPartialDuplicateBatch))})
 		return
 	}
 	for _, p := range append(append([]*pendingPush{}, s.queue...), s.inflight...) {
 		for _, ev := range p.events {
 			for _, id := range ids {
 				if ev.ID == id {
-					c.Respond(&sessionpb.PushResponse{Error: toPBError(fmt.Errorf("%w: event %q is being written; retry the push to replay it", ErrUnavailable, id))})
+					c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(fmt.Errorf("%w: event %q is being written; retry the push to replay it", ErrUnavailable, id))})
 					return
 				}
 			}
@@ -341,7 +342,7 @@ func (s *sessionActor) replyPushes(pushes []*pendingPush, stored []protocol.Even
 		var mine []protocol.Event
 		for _, ev := range p.events {
 			if st, ok := byID[ev.ID]; ok {
-				resp.Events = append(resp.Events, toPB(st))
+				resp.Events = append(resp.Events, wire.EventToPB(st))
 				if p.span != nil {
 					mine = append(mine, st)
 				}
@@ -366,7 +367,7 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 		s.lostLease.Store(true)
 		for _, p := range pushes {
 			endAdmit(p, nil, ErrMoved)
-			s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: toPBError(ErrMoved)})
+			s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: wire.ToPBError(ErrMoved)})
 		}
 		s.stop()
 		return
@@ -390,7 +391,7 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 	}
 	for _, p := range pushes {
 		endAdmit(p, nil, code)
-		s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: toPBError(code)})
+		s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: wire.ToPBError(code)})
 	}
 	s.failed = !notOwner
 	s.stop()

@@ -14,6 +14,7 @@ import (
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/cluster/clusterpb"
 	"github.com/a2-runtime/a2/cluster/gossip"
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/telemetry"
 )
 
@@ -94,7 +95,7 @@ func (n *Node) request(ctx context.Context, session, kind string, body proto.Mes
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String(telemetry.AttrCluster, kind), attribute.String(telemetry.AttrSession, session),
 				attribute.String(telemetry.AttrTarget, answered.ID), attribute.Int(telemetry.AttrAttempt, attempts))
-			telemetry.Fail(span, actors.CodeOf(err), err)
+			telemetry.Fail(span, wire.CodeOf(err), err)
 		}
 		span.End()
 	}()

@@ -10,6 +10,7 @@ import (
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/actors/sessionpb"
 	"github.com/a2-runtime/a2/cluster/clusterpb"
+	"github.com/a2-runtime/a2/internal/wire"
 )
 
 // Kinds of envelope (docs/cluster.md, "Messages between nodes").
@@ -34,7 +35,7 @@ const (
 	kindError       = "error"        // the answer to a request that failed: sessionpb.Error
 )
 
-// Error codes of the cluster, besides the runtime's (actors.Code*).
+// Error codes of the cluster, besides the runtime's (wire.Code*, internal/wire).
 const (
 	codeUnsupported = "UNSUPPORTED"
 	codeBadMessage  = "BAD_MESSAGE"
@@ -52,7 +53,7 @@ func wrap(kind string, body proto.Message, deadline time.Time) *clusterpb.Envelo
 
 // errorEnvelope is the answer to a request that failed.
 func errorEnvelope(err error) *clusterpb.Envelope {
-	return wrap(kindError, actors.ToPBError(err), time.Time{})
+	return wrap(kindError, wire.ToPBError(err), time.Time{})
 }
 
 // badMessage answers an envelope that cannot be served.
@@ -105,7 +106,7 @@ func answer(env *clusterpb.Envelope, out proto.Message) error {
 		case codeUnsupported, codeBadMessage:
 			return fmt.Errorf("%w: %s", ErrUnsupported, e.Message)
 		}
-		return actors.FromPBError(&e)
+		return wire.FromPBError(&e)
 	}
 	return fmt.Errorf("%w: an answer of kind %q", ErrUnsupported, env.Kind)
 }

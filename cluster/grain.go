@@ -18,6 +18,7 @@ import (
 	"github.com/a2-runtime/a2/actors/sessionpb"
 	"github.com/a2-runtime/a2/cluster/clusterpb"
 	"github.com/a2-runtime/a2/cluster/gossip"
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/telemetry"
 )
@@ -117,7 +118,7 @@ func (n *Node) serveGrain(c actor.Context, session string, env *clusterpb.Envelo
 func pushResponse(stored []protocol.Event) *sessionpb.PushResponse {
 	res := &sessionpb.PushResponse{}
 	for _, ev := range stored {
-		res.Events = append(res.Events, actors.EventToPB(ev))
+		res.Events = append(res.Events, wire.EventToPB(ev))
 	}
 	return res
 }
@@ -135,7 +136,7 @@ func (n *Node) serveRequest(ctx context.Context, session string, env *clusterpb.
 		if m.Session != session {
 			return badMessage(codeBadMessage, "a push for session %q reached the grain of %q", m.Session, session)
 		}
-		stored, err := n.rt.Push(ctx, m.Agent, session, actors.EventsFromPB(m.Events), m.Trusted)
+		stored, err := n.rt.Push(ctx, m.Agent, session, wire.EventsFromPB(m.Events), m.Trusted)
 		if err != nil {
 			return errorEnvelope(err)
 		}
@@ -151,7 +152,7 @@ func (n *Node) serveRequest(ctx context.Context, session string, env *clusterpb.
 		if m.Subscribe.Stream == "" || m.Subscribe.SubscriberAddress == "" || m.Subscribe.SubscriberId == "" {
 			return badMessage(codeBadMessage, "a push with a stream needs the stream's ID and subscriber")
 		}
-		stored, err := n.rt.Push(ctx, m.Push.Agent, session, actors.EventsFromPB(m.Push.Events), m.Push.Trusted)
+		stored, err := n.rt.Push(ctx, m.Push.Agent, session, wire.EventsFromPB(m.Push.Events), m.Push.Trusted)
 		if err != nil {
 			return errorEnvelope(err)
 		}
@@ -198,7 +199,7 @@ func (n *Node) serveRequest(ctx context.Context, session string, env *clusterpb.
 		}
 		res := &clusterpb.HistoryResponse{}
 		for _, ev := range evs {
-			res.Events = append(res.Events, actors.EventToPB(ev))
+			res.Events = append(res.Events, wire.EventToPB(ev))
 		}
 		return wrap(kindResult, res, time.Time{})
 	case kindSubscribe, kindSubscribeIdle:

@@ -8,6 +8,7 @@ import (
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/actors/sessionpb"
 	"github.com/a2-runtime/a2/cluster/clusterpb"
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -47,7 +48,7 @@ func (r Router) Push(ctx context.Context, agent, session string, events []protoc
 	if _, err := r.n.request(ctx, session, kindPush, pushRequest(agent, session, events, trusted), &res); err != nil {
 		return nil, err
 	}
-	return actors.EventsFromPB(res.Events), nil
+	return wire.EventsFromPB(res.Events), nil
 }
 
 // PushUntilIdle implements gateway.PushStreamer: the push and the stream
@@ -65,7 +66,7 @@ func (r Router) PushUntilIdle(ctx context.Context, agent, session string, events
 func pushRequest(agent, session string, events []protocol.Event, trusted bool) *sessionpb.PushRequest {
 	req := &sessionpb.PushRequest{Agent: agent, Session: session, Trusted: trusted}
 	for _, ev := range events {
-		req.Events = append(req.Events, actors.EventToPB(ev))
+		req.Events = append(req.Events, wire.EventToPB(ev))
 	}
 	return req
 }
@@ -123,7 +124,7 @@ func (r Router) History(ctx context.Context, agent, session string, after uint64
 	if _, err := r.n.request(ctx, session, kindHistory, req, &res); err != nil {
 		return nil, err
 	}
-	return actors.EventsFromPB(res.Events), nil
+	return wire.EventsFromPB(res.Events), nil
 }
 
 // Subscribe implements gateway.Router: the stream follows the session

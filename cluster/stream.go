@@ -14,6 +14,7 @@ import (
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/actors/sessionpb"
 	"github.com/a2-runtime/a2/cluster/clusterpb"
+	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -162,7 +163,7 @@ loop:
 				}
 				break loop
 			}
-			batch := []*sessionpb.Event{actors.EventToPB(ev)}
+			batch := []*sessionpb.Event{wire.EventToPB(ev)}
 			idle := st.endsAt(ev)
 		drain:
 			for !idle && len(batch) < streamBatchMax {
@@ -171,7 +172,7 @@ loop:
 					if !ok {
 						break drain
 					}
-					batch = append(batch, actors.EventToPB(ev))
+					batch = append(batch, wire.EventToPB(ev))
 					idle = st.endsAt(ev)
 				default:
 					break drain
@@ -200,7 +201,7 @@ loop:
 	if end == nil || errors.Is(end, context.Canceled) {
 		end = actors.ErrMoved
 	}
-	n.system.Root.Send(st.subscriber, wrap(kindStreamEnd, &clusterpb.StreamEnd{Stream: st.id, Error: actors.ToPBError(end)}, time.Time{}))
+	n.system.Root.Send(st.subscriber, wrap(kindStreamEnd, &clusterpb.StreamEnd{Stream: st.id, Error: wire.ToPBError(end)}, time.Time{}))
 }
 
 // endsAt reports whether a stream that ends once its session is idle ends
@@ -352,7 +353,7 @@ func (n *Node) pushSubscribe(ctx context.Context, session string, push *sessionp
 		s.abandon()
 		return nil, nil, nil, err
 	}
-	stored := actors.EventsFromPB(res.Events)
+	stored := wire.EventsFromPB(res.Events)
 	s.last = stored[0].Index - 1
 	go s.run()
 	return stored, s.out, s.errc, nil
@@ -475,7 +476,7 @@ func (s *subscription) run() {
 						break
 					}
 					select {
-					case s.out <- actors.EventsFromPB([]*sessionpb.Event{e})[0]:
+					case s.out <- wire.EventsFromPB([]*sessionpb.Event{e})[0]:
 						s.last = e.Index
 					case <-s.ctx.Done():
 						fail(s.ctx.Err())
@@ -497,7 +498,7 @@ func (s *subscription) run() {
 				if unwrap(env, &m) != nil || m.Stream != s.stream {
 					continue
 				}
-				err := actors.FromPBError(m.Error)
+				err := wire.FromPBError(m.Error)
 				if m.Error == nil || !errors.Is(err, actors.ErrUnavailable) && !errors.Is(err, actors.ErrClosed) {
 					if m.Error == nil {
 						err = actors.ErrMoved
