@@ -35,6 +35,7 @@ import (
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/cluster"
+	agentsfile "github.com/a2-runtime/a2/config"
 	"github.com/a2-runtime/a2/gateway"
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/catalog"
@@ -115,6 +116,7 @@ type config struct {
 	adminToken string
 	model      string
 	script     string
+	agentsFile string // --config: agents from a file instead of the default agent
 	catalog    string
 	demoDelay  time.Duration
 	// stepTimeout bounds one model step (HarnessOptions.StepTimeout).
@@ -160,6 +162,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&cfg.store, "store", env("A2_STORE", ""), "postgres://... URL of a shared PostgreSQL store; empty: the embedded Pebble store in --data (A2_STORE)")
 	fs.StringVar(&cfg.adminToken, "admin-token", env("A2_ADMIN_TOKEN", ""), "bearer token of the admin route for trusted appends; empty disables it (A2_ADMIN_TOKEN)")
 	fs.StringVar(&cfg.model, "model", env("A2_MODEL", ""), `model ID of the agent; "demo" is the offline demo model (A2_MODEL; default: from the provider keys set)`)
+	fs.StringVar(&cfg.agentsFile, "config", env("A2_CONFIG", ""), "serve the agents of this YAML file instead of the default agent (A2_CONFIG; docs/agents.md)")
 	fs.StringVar(&cfg.script, "script", env("A2_SCRIPT", ""), "test mode: serve the script model of this JSON file and POST /v1/test/gates/{name} (A2_SCRIPT)")
 	fs.StringVar(&cfg.catalog, "catalog", env("A2_CATALOG", catalog.DefaultURL), `models catalog (URL or JSON file) for the model limits that drive compaction, used with a real provider; "off" disables lookups (A2_CATALOG)`)
 	delay, err := time.ParseDuration(env("A2_DEMO_DELAY", demo.DefaultWordDelay.String()))
@@ -224,16 +227,13 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	}
 	cfg.telemetry = describeTelemetry(tcfg, cfg.metricsAddr)
 
-	agent, err := actors.NewAgent(actors.AgentOptions{
-		Name:         defaultAgent,
-		Model:        harness.ModelID(p.Model()),
-		Models:       p.For,
-		Instructions: harness.Instructions(instructions),
-		Tools:        nodeTools(sc != nil),
-		Harness:      actors.HarnessOptions{StepTimeout: cfg.stepTimeout},
-	})
+	agents, err := nodeAgents(cfg, p, sc != nil)
 	if err != nil {
 		return err
+	}
+	names := make([]string, len(agents))
+	for i, a := range agents {
+		names[i] = a.Name()
 	}
 	o := a2.Options{
 		Listener:     ln,
@@ -241,12 +241,12 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		StoreURL:     cfg.store,
 		Logger:       logger,
 		LogLevel:     cfg.logLevel,
-		Gateway:      gateway.Options{AdminToken: cfg.adminToken, HeartbeatInterval: cfg.heartbeat, Agents: []string{defaultAgent}},
+		Gateway:      gateway.Options{AdminToken: cfg.adminToken, HeartbeatInterval: cfg.heartbeat, Agents: names},
 		MetricsAddr:  cfg.metricsAddr,
 		ActorMetrics: cfg.actorMetrics,
 		PprofAddr:    cfg.pprofAddr,
 		Getenv:       getenv,
-		Ready:        func(base string) { printBanner(out, base, cfg, p) },
+		Ready:        func(base string) { printBanner(out, base, cfg, p, names) },
 	}
 	if p.Script() != nil && cfg.cluster.role != cluster.RoleGateway {
 		o.Gateway.Gates = p.Script()
@@ -258,11 +258,35 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		o.Cluster = &a2.ClusterOptions{Name: c.name, Role: c.role, Bind: c.bind, Advertise: c.advertise, Join: c.joinList(),
 			LeaseTTL: c.leaseTTL, AllowLocalStore: c.allowLocal}
 	}
-	return a2.Serve(ctx, o, agent)
+	return a2.Serve(ctx, o, agents...)
+}
+
+// nodeAgents are the agents a node serves: those of --config, else the
+// default agent.
+func nodeAgents(cfg config, p *providers.Set, testMode bool) ([]*actors.Agent, error) {
+	if cfg.agentsFile != "" {
+		f, err := agentsfile.Load(cfg.agentsFile)
+		if err != nil {
+			return nil, err
+		}
+		return f.Build(p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout}, nodeTools(testMode))
+	}
+	agent, err := actors.NewAgent(actors.AgentOptions{
+		Name:         defaultAgent,
+		Model:        harness.ModelID(p.Model()),
+		Models:       p.For,
+		Instructions: harness.Instructions(instructions),
+		Tools:        nodeTools(testMode),
+		Harness:      actors.HarnessOptions{StepTimeout: cfg.stepTimeout},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []*actors.Agent{agent}, nil
 }
 
 // printBanner tells a newcomer where the node is and what to do next.
-func printBanner(out io.Writer, base string, cfg config, p *providers.Set) {
+func printBanner(out io.Writer, base string, cfg config, p *providers.Set, agents []string) {
 	admin := "disabled (set --admin-token or A2_ADMIN_TOKEN to enable trusted appends)"
 	if cfg.adminToken != "" {
 		admin = "enabled at /v1/admin/..."
@@ -278,7 +302,7 @@ func printBanner(out io.Writer, base string, cfg config, p *providers.Set) {
 	if nodeGC != (gctune.Settings{}) {
 		memory = gcDescription(nodeGC)
 	}
-	sessions := base + "/v1/agents/" + defaultAgent + "/sessions/hello"
+	sessions := base + "/v1/agents/" + agents[0] + "/sessions/hello"
 	if cfg.cluster.role == cluster.RoleMember || cfg.cluster.role == cluster.RoleGateway {
 		where = cfg.cluster.describe(where)
 	}
@@ -289,7 +313,7 @@ func printBanner(out io.Writer, base string, cfg config, p *providers.Set) {
 		model = "none here: the members run the agent's model steps, with the model their environment configures"
 	}
 	fmt.Fprintf(out, `A2 node serving %s
-  agent:  %s
+  agents: %s
   model:  %s
   data:   %s
   admin:  %s
@@ -306,7 +330,7 @@ until the session is idle, in one request
     -d '{"events":[{"id":"'$id'","type":"ai.control.requested","payload":{"action":"send","message":{"id":"'$id'","role":"user","parts":[{"type":"text","text":"What time is it?"}]}}}]}'
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
-`, base, defaultAgent, model, where, admin, memory, cfg.telemetry, base, sessions)
+`, base, strings.Join(agents, ", "), model, where, admin, memory, cfg.telemetry, base, sessions)
 }
 
 // nodeTools are the agent's tools: the demo tools, and in test mode

@@ -90,7 +90,7 @@ func TestGatewayBannerNamesNoModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	printBanner(&out, "http://127.0.0.1:8080", cfg, providers.FromEnv(func(string) string { return "" }, "", nil, 0))
+	printBanner(&out, "http://127.0.0.1:8080", cfg, providers.FromEnv(func(string) string { return "" }, "", nil, 0), []string{defaultAgent})
 	if !strings.Contains(out.String(), "model:  none here: the members run") || strings.Contains(out.String(), "model:  demo") {
 		t.Fatalf("the gateway's banner:\n%s", out.String())
 	}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2/client"
+	"github.com/a2-runtime/a2/protocol"
+)
+
+// docsAgentsExample is the agents file of docs/agents.md's example.
+func docsAgentsExample(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "agents.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	i := strings.Index(doc, "```yaml\n")
+	if i < 0 {
+		t.Fatal("docs/agents.md has no yaml example")
+	}
+	example := doc[i+len("```yaml\n"):]
+	return example[:strings.Index(example, "```")]
+}
+
+// The node serves the agents of docs/agents.md's example as written (the
+// demo model, its built-in tools): both are listed, and each runs a turn,
+// the helpdesk's through its calculator.
+func TestNodeServesTheAgentsOfAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agents.yaml")
+	if err := os.WriteFile(path, []byte(docsAgentsExample(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, config{agentsFile: path})
+	if !strings.Contains(n.out.String(), "agents: helpdesk, scratch") {
+		t.Fatalf("the banner:\n%s", n.out.String())
+	}
+	resp, err := http.Get(n.url + "/v1/agents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Agents []struct{ Name string } }
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	var names []string
+	for _, a := range list.Agents {
+		names = append(names, a.Name)
+	}
+	if err != nil || !slices.Equal(names, []string{"helpdesk", "scratch"}) {
+		t.Fatalf("GET /v1/agents: %+v, %v", list, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tc := range []struct{ agent, text, want, tool string }{
+		{"helpdesk", "calculate 6*7", "6*7 = 42", "calculator"},
+		{"scratch", "hello", "", ""},
+	} {
+		c, err := client.New(n.url, tc.agent, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Open(ctx, "s-"+tc.agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Send(ctx, tc.text); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Wait(ctx, func(st *protocol.AIState) bool { return st.Active == nil && len(st.Messages) == 2 }); err != nil {
+			t.Fatalf("%s: %v", tc.agent, err)
+		}
+		st, _ := s.Confirmed()
+		var answer strings.Builder
+		tool := ""
+		for _, p := range st.Messages[1].Parts {
+			if p.Type == protocol.PartText {
+				answer.WriteString(p.Text)
+			}
+			if p.ToolNameOf() != "" && p.State == protocol.ToolOutputAvailable {
+				tool = p.ToolNameOf()
+			}
+		}
+		s.Close()
+		if answer.Len() == 0 || !strings.Contains(answer.String(), tc.want) || tool != tc.tool {
+			t.Fatalf("%s: answer %q (tool %q), want one with %q (tool %q)", tc.agent, answer.String(), tool, tc.want, tc.tool)
+		}
+	}
+	// An agent the file does not name is not served.
+	c, err := client.New(n.url, "assistant", client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Open(ctx, "s"); err == nil || !strings.Contains(err.Error(), "helpdesk") {
+		t.Fatalf("the default agent, not in the file: %v; want an unknown agent naming the file's", err)
+	}
+}
+
+// A node given an agents file with problems does not start, and says
+// each problem at its line.
+func TestNodeRefusesABadAgentsFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, file, want string }{
+		{"missing", "", "the agents file: open "},
+		{"a field of another name", "agents:\n  - name: a\n    tool: calculator\n", "agents.yaml:2: agents[0]: additional properties 'tool' not allowed"},
+		{"a tool the node has not", "agents:\n  - name: a\n    tools:\n      - builtin: weather\n", `agents.yaml:4: agents[0].tools[0].builtin: no built-in tool is named "weather"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.name, "agents.yaml")
+			if tc.file != "" {
+				if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			data := filepath.Join(dir, tc.name, "data")
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Bounded: a file the node should have refused would be served
+			// until the context ends, and the test fails rather than hangs.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err = serve(ctx, config{agentsFile: path, data: data}, ln, &strings.Builder{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("serve: %v; want an error with %q", err, tc.want)
+			}
+			if _, serr := os.Stat(data); !os.IsNotExist(serr) {
+				t.Fatalf("the node made its data directory although it refused its agents: %v", serr)
+			}
+		})
+	}
+}

@@ -1,0 +1,368 @@
+// Package config reads agents from a file, so that a node serves agents
+// without Go code: go run ./cmd/node --config agents.yaml (docs/agents.md).
+//
+// The file is YAML (JSON is YAML too). Its shape is the JSON Schema
+// agents.schema.json beside this file (Schema), which editors can use to
+// complete and check it. A file with problems is refused whole, with every
+// problem reported at its line and path (agents[0].tools[1].builtin), and
+// nothing is served.
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// Schema is the JSON Schema of an agents file.
+//
+//go:embed agents.schema.json
+var Schema []byte
+
+// File is an agents file, as read.
+type File struct {
+	Agents []Agent `yaml:"agents"`
+
+	name  string         // the file's name, for messages
+	lines map[string]int // path (agents[0].name) to its line
+}
+
+// Agent is one agent of a file (agents.schema.json describes each field).
+type Agent struct {
+	Name         string   `yaml:"name"`
+	Model        string   `yaml:"model"`
+	Instructions string   `yaml:"instructions"`
+	MaxSteps     int      `yaml:"maxSteps"`
+	StepTimeout  string   `yaml:"stepTimeout"`
+	Tools        []Tool   `yaml:"tools"`
+	Progress     Progress `yaml:"progress"`
+}
+
+// Tool is a tool an agent may call: one built into the node, by name.
+type Tool struct {
+	Builtin  string `yaml:"builtin"`
+	Recovery string `yaml:"recovery"`
+	Approval bool   `yaml:"approval"`
+}
+
+// Progress is how an agent's streamed chunks are batched into durable
+// progress events (protocol.ProgressOptions).
+type Progress struct {
+	MaxDelayMs int `yaml:"maxDelayMs"`
+	MaxChunks  int `yaml:"maxChunks"`
+}
+
+// Problem is one thing wrong with a file: where (line 0: the file as a
+// whole) and what.
+type Problem struct {
+	Line    int
+	Path    string
+	Message string
+}
+
+// Error is a file refused, with every problem found.
+type Error struct {
+	File     string
+	Problems []Problem
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if len(e.Problems) == 1 {
+		fmt.Fprintf(&b, "%s: a problem:", e.File)
+	} else {
+		fmt.Fprintf(&b, "%s: %d problems:", e.File, len(e.Problems))
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(e.File)
+		if p.Line > 0 {
+			b.WriteString(":" + strconv.Itoa(p.Line))
+		}
+		if p.Path != "" {
+			b.WriteString(": " + p.Path)
+		}
+		b.WriteString(": " + p.Message)
+	}
+	return b.String()
+}
+
+// Load reads the agents file at path.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("the agents file: %w", err)
+	}
+	return Parse(filepath.Base(path), data)
+}
+
+// schema is Schema, compiled once.
+var schema = func() *jsonschema.Schema {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema))
+	if err != nil {
+		panic("config: agents.schema.json: " + err.Error())
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("agents.schema.json", doc); err != nil {
+		panic("config: agents.schema.json: " + err.Error())
+	}
+	return c.MustCompile("agents.schema.json")
+}()
+
+// Parse reads an agents file's contents; name is the file's name in
+// messages. It checks the file against Schema and what the schema cannot
+// say (two agents of one name, a duration Go cannot read); Build checks
+// what needs the node (the tools it has, the agents' options).
+func Parse(name string, data []byte) (*File, error) {
+	refuse := func(ps ...Problem) error { return &Error{File: name, Problems: ps} }
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		line, msg := yamlError(err)
+		return nil, refuse(Problem{Line: line, Message: msg})
+	}
+	if root.Kind != yaml.DocumentNode || len(root.Content) == 0 {
+		return nil, refuse(Problem{Message: "the file is empty: it lists the agents to serve under agents:"})
+	}
+	f := &File{name: name, lines: map[string]int{"": root.Content[0].Line}}
+	f.index(root.Content[0], "")
+	var v any
+	if err := root.Decode(&v); err != nil {
+		line, msg := yamlError(err)
+		return nil, refuse(Problem{Line: line, Message: msg})
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		// A mapping whose keys are not strings (YAML allows it, JSON not).
+		return nil, refuse(Problem{Line: root.Content[0].Line, Message: "the file is not a mapping of names to values: " + err.Error()})
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, refuse(Problem{Message: err.Error()})
+	}
+	if err := schema.Validate(inst); err != nil {
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			return nil, refuse(Problem{Message: err.Error()})
+		}
+		return nil, refuse(f.schemaProblems(ve)...)
+	}
+	if err := root.Decode(f); err != nil {
+		line, msg := yamlError(err)
+		return nil, refuse(Problem{Line: line, Message: msg})
+	}
+	var ps []Problem
+	seen := map[string]int{}
+	for i, a := range f.Agents {
+		at := fmt.Sprintf("agents[%d]", i)
+		if j, ok := seen[a.Name]; ok {
+			ps = append(ps, f.problem(at+".name", fmt.Sprintf("agents[%d] is named %q already: each agent needs a name of its own", j, a.Name)))
+		}
+		seen[a.Name] = i
+		if a.StepTimeout != "" {
+			if d, err := time.ParseDuration(a.StepTimeout); err != nil || d <= 0 {
+				ps = append(ps, f.problem(at+".stepTimeout", fmt.Sprintf("%q is not a positive duration (for example 90s or 2m)", a.StepTimeout)))
+			}
+		}
+	}
+	if len(ps) > 0 {
+		return nil, refuse(ps...)
+	}
+	return f, nil
+}
+
+// Defaults are what an agent of a file gets for what the file leaves out:
+// the node's own settings (--model, --step-timeout).
+type Defaults struct {
+	Model       string
+	StepTimeout time.Duration
+}
+
+// Build makes the file's agents. models serves their models (the node's
+// providers); builtins are the tools the file may name.
+func (f *File) Build(models actors.ModelProvider, defaults Defaults, builtins []tools.Tool) ([]*actors.Agent, error) {
+	opts, ps := f.options(models, defaults, builtins)
+	var out []*actors.Agent
+	for i, o := range opts {
+		agent, err := actors.NewAgent(o)
+		if err != nil {
+			at := fmt.Sprintf("agents[%d]", i)
+			path := at
+			var ce *protocol.ConfigError
+			if errors.As(err, &ce) && ce.Option != "" {
+				if _, ok := f.lines[at+"."+ce.Option]; ok {
+					path = at + "." + ce.Option
+				}
+			}
+			ps = append(ps, f.problem(path, err.Error()))
+			continue
+		}
+		out = append(out, agent)
+	}
+	if len(ps) > 0 {
+		return nil, &Error{File: f.name, Problems: ps}
+	}
+	return out, nil
+}
+
+// options are the options of the file's agents, in order, and the
+// problems of the tools they name.
+func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins []tools.Tool) ([]actors.AgentOptions, []Problem) {
+	known := make(map[string]tools.Tool, len(builtins))
+	names := make([]string, 0, len(builtins))
+	for _, t := range builtins {
+		known[t.Name] = t
+		names = append(names, t.Name)
+	}
+	slices.Sort(names)
+	var ps []Problem
+	out := make([]actors.AgentOptions, len(f.Agents))
+	for i, a := range f.Agents {
+		o := actors.AgentOptions{
+			Name:         a.Name,
+			Model:        harness.ModelID(cmpOr(a.Model, defaults.Model)),
+			Models:       models,
+			Instructions: harness.Instructions(a.Instructions),
+			MaxSteps:     a.MaxSteps,
+			Progress:     protocol.ProgressOptions{MaxDelayMs: a.Progress.MaxDelayMs, MaxChunks: a.Progress.MaxChunks},
+			Harness:      actors.HarnessOptions{StepTimeout: defaults.StepTimeout},
+		}
+		if a.StepTimeout != "" {
+			o.Harness.StepTimeout, _ = time.ParseDuration(a.StepTimeout) // Parse checked it
+		}
+		for j, t := range a.Tools {
+			tool, ok := known[t.Builtin]
+			if !ok {
+				ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].builtin", i, j), fmt.Sprintf("no built-in tool is named %q (the node has: %s)", t.Builtin, strings.Join(names, ", "))))
+				continue
+			}
+			if t.Recovery != "" {
+				tool.Recovery = t.Recovery
+			}
+			if t.Approval {
+				tool.NeedsApproval = func(json.RawMessage) bool { return true }
+			}
+			o.Tools = append(o.Tools, tool)
+		}
+		out[i] = o
+	}
+	if len(ps) > 0 {
+		return nil, ps
+	}
+	return out, nil
+}
+
+// problem is a Problem at path, at path's line (or its nearest parent's).
+func (f *File) problem(path, msg string) Problem {
+	for p := path; ; {
+		if line, ok := f.lines[p]; ok {
+			return Problem{Line: line, Path: path, Message: msg}
+		}
+		if p == "" {
+			return Problem{Path: path, Message: msg}
+		}
+		p = p[:max(strings.LastIndexAny(p, ".["), 0)]
+	}
+}
+
+// index records the line of each value under n, by path.
+func (f *File) index(n *yaml.Node, path string) {
+	if path != "" {
+		f.lines[path] = n.Line
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			p := key
+			if path != "" {
+				p = path + "." + key
+			}
+			f.lines[p] = n.Content[i].Line
+			f.index(n.Content[i+1], p)
+			f.lines[p] = n.Content[i].Line // the key's line: where a reader looks
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			f.index(c, fmt.Sprintf("%s[%d]", path, i))
+		}
+	}
+}
+
+var printer = message.NewPrinter(language.English)
+
+// schemaProblems are the leaves of a schema validation error, each at its
+// path's line, in line order.
+func (f *File) schemaProblems(ve *jsonschema.ValidationError) []Problem {
+	var ps []Problem
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		ps = append(ps, f.problem(pathOf(e.InstanceLocation), e.ErrorKind.LocalizedString(printer)))
+	}
+	walk(ve)
+	slices.SortStableFunc(ps, func(a, b Problem) int { return a.Line - b.Line })
+	return slices.Compact(ps)
+}
+
+// pathOf is a JSON pointer's tokens as a path: agents[0].tools[1].
+func pathOf(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		if _, err := strconv.Atoi(t); err == nil {
+			b.WriteString("[" + t + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(t)
+	}
+	return b.String()
+}
+
+// yamlError splits a YAML error into its line and message.
+func yamlError(err error) (int, string) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	var te *yaml.TypeError
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		msg = strings.Join(te.Errors, "; ")
+	}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if i := strings.Index(rest, ":"); i > 0 {
+			if line, err := strconv.Atoi(rest[:i]); err == nil {
+				return line, strings.TrimSpace(rest[i+1:])
+			}
+		}
+	}
+	return 0, msg
+}
+
+func cmpOr(v, def string) string {
+	if v != "" {
+		return v
+	}
+	return def
+}

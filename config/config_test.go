@@ -1,0 +1,148 @@
+package config
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// builtins stand for a node's built-in tools.
+var builtins = []tools.Tool{
+	{Name: "calculator", Description: "Evaluates arithmetic.", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`1`), nil }},
+	{Name: "current_time", Description: "The time.", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`"now"`), nil }},
+}
+
+func models(t *testing.T) func(string) (harness.Model, error) {
+	sc, err := script.Parse([]byte(`{"default":{"text":"ok"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := script.New(sc)
+	return func(string) (harness.Model, error) { return m, nil }
+}
+
+const good = `# two agents
+agents:
+  - name: helpdesk
+    model: script
+    instructions: |
+      Answer briefly.
+    maxSteps: 8
+    stepTimeout: 90s
+    tools:
+      - builtin: calculator
+        recovery: report
+      - builtin: current_time
+        approval: true
+    progress:
+      maxDelayMs: 20
+      maxChunks: 64
+  - name: plain
+`
+
+func TestAFileOfAgents(t *testing.T) {
+	f, err := Parse("agents.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, ps := f.options(models(t), Defaults{Model: "demo", StepTimeout: 10 * time.Minute}, builtins)
+	if len(ps) != 0 {
+		t.Fatalf("problems: %v", ps)
+	}
+	if len(opts) != 2 || opts[0].Name != "helpdesk" || opts[1].Name != "plain" {
+		t.Fatalf("agents: %+v", opts)
+	}
+	h := opts[0]
+	if h.MaxSteps != 8 || h.Harness.StepTimeout != 90*time.Second || h.Progress.MaxDelayMs != 20 || h.Progress.MaxChunks != 64 {
+		t.Fatalf("helpdesk's options: maxSteps %d, stepTimeout %v, progress %+v", h.MaxSteps, h.Harness.StepTimeout, h.Progress)
+	}
+	if len(h.Tools) != 2 || h.Tools[0].Name != "calculator" || h.Tools[0].Recovery != "report" || h.Tools[0].NeedsApproval != nil {
+		t.Fatalf("helpdesk's first tool: %+v", h.Tools[0])
+	}
+	if h.Tools[1].Name != "current_time" || h.Tools[1].Recovery != "" || h.Tools[1].NeedsApproval == nil || !h.Tools[1].NeedsApproval(nil) {
+		t.Fatalf("helpdesk's second tool: recovery %q, approval %v", h.Tools[1].Recovery, h.Tools[1].NeedsApproval != nil)
+	}
+	if p := opts[1]; p.Harness.StepTimeout != 10*time.Minute || p.MaxSteps != 0 {
+		t.Fatalf("plain's options: stepTimeout %v (want the node's), maxSteps %d", p.Harness.StepTimeout, p.MaxSteps)
+	}
+	if builtins[1].NeedsApproval != nil || builtins[0].Recovery != "" {
+		t.Fatal("the file's settings changed the node's own tools")
+	}
+	agents, err := f.Build(models(t), Defaults{Model: "demo"}, builtins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(agents) != 2 || agents[0].Name() != "helpdesk" || agents[1].Name() != "plain" {
+		t.Fatalf("built %d agents", len(agents))
+	}
+}
+
+// A file with problems is refused whole, each problem at its line and
+// path, and nothing is built.
+func TestAFileWithProblemsIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		want       []string // each a line of the error
+	}{
+		{"not YAML", "agents:\n  - name: a\n   model: x\n", []string{"agents.yaml:1: did not find expected '-' indicator"}},
+		{"empty", "", []string{"agents.yaml: the file is empty"}},
+		{"no agents", "agent:\n  - name: a\n", []string{"agents.yaml:1: missing property 'agents'", "agents.yaml:1: additional properties 'agent' not allowed"}},
+		{"an empty list", "agents: []\n", []string{"agents.yaml:1: agents: minItems"}},
+		{"a field of another name", "agents:\n  - name: a\n    modle: x\n", []string{"agents.yaml:2: agents[0]: additional properties 'modle' not allowed"}},
+		{"a name for no URL", "agents:\n  - name: Help Desk\n", []string{`agents.yaml:2: agents[0].name: '`}},
+		{"no name", "agents:\n  - model: script\n", []string{"agents.yaml:2: agents[0]: missing property 'name'"}},
+		{"maxSteps 0", "agents:\n  - name: a\n    maxSteps: 0\n", []string{"agents.yaml:3: agents[0].maxSteps: minimum"}},
+		{"maxSteps as text", "agents:\n  - name: a\n    maxSteps: many\n", []string{"agents.yaml:3: agents[0].maxSteps: got string, want integer"}},
+		{"a recovery policy of another name", "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n        recovery: retry\n",
+			[]string{"agents.yaml:5: agents[0].tools[0].recovery: value must be one of 'rerun', 'report'"}},
+		{"a step timeout Go cannot read", "agents:\n  - name: a\n    stepTimeout: 0s\n", []string{`agents.yaml:3: agents[0].stepTimeout: "0s" is not a positive duration`}},
+		{"two agents of one name", "agents:\n  - name: a\n  - name: b\n  - name: a\n", []string{`agents.yaml:4: agents[2].name: agents[0] is named "a" already`}},
+		{"every problem at once", "agents:\n  - name: a\n    maxSteps: 0\n  - name: B\n    tools:\n      - recovery: report\n",
+			[]string{"3 problems", "agents.yaml:3: agents[0].maxSteps: minimum", "agents.yaml:4: agents[1].name: '", "agents.yaml:6: agents[1].tools[0]: missing property 'builtin'"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Parse("agents.yaml", []byte(tc.file))
+			var fe *Error
+			if !errors.As(err, &fe) || f != nil {
+				t.Fatalf("Parse = %v, %v; want a refusal (*config.Error)", f, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error does not say %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
+
+// Problems only the node can see (its tools, the agents' options) are
+// reported the same way, by Build.
+func TestBuildRefusesWhatTheNodeCannotServe(t *testing.T) {
+	file := "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n      - builtin: weather\n  - name: b\n    model: \"\"\n"
+	f, err := Parse("agents.yaml", []byte(file))
+	if err == nil || f != nil || !strings.Contains(err.Error(), "agents.yaml:7: agents[1].model: ") {
+		t.Fatalf("an empty model: %v", err)
+	}
+	f, err = Parse("agents.yaml", []byte(file[:strings.Index(file, "  - name: b")]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents, err := f.Build(models(t), Defaults{Model: "demo"}, builtins)
+	if err == nil || agents != nil {
+		t.Fatalf("Build = %v, %v; want a refusal", agents, err)
+	}
+	for _, w := range []string{`agents.yaml:5: agents[0].tools[1].builtin: no built-in tool is named "weather" (the node has: calculator, current_time)`} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("the error does not say %q:\n%s", w, err)
+		}
+	}
+}
