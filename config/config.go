@@ -30,6 +30,7 @@ import (
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
+	"github.com/a2-runtime/a2/tools/httptool"
 )
 
 // Schema is the JSON Schema of an agents file.
@@ -56,11 +57,24 @@ type Agent struct {
 	Progress     Progress `yaml:"progress"`
 }
 
-// Tool is a tool an agent may call: one built into the node, by name.
+// Tool is a tool an agent may call: one built into the node (Builtin), or
+// an HTTP endpoint (HTTP, with Name).
 type Tool struct {
-	Builtin  string `yaml:"builtin"`
-	Recovery string `yaml:"recovery"`
-	Approval bool   `yaml:"approval"`
+	Builtin     string         `yaml:"builtin"`
+	Name        string         `yaml:"name"`
+	Description string         `yaml:"description"`
+	InputSchema map[string]any `yaml:"inputSchema"`
+	HTTP        *HTTP          `yaml:"http"`
+	Recovery    string         `yaml:"recovery"`
+	Approval    bool           `yaml:"approval"`
+}
+
+// HTTP is an HTTP tool's endpoint (httptool.Options).
+type HTTP struct {
+	URL     string            `yaml:"url"`
+	Method  string            `yaml:"method"`
+	Headers map[string]string `yaml:"headers"`
+	Timeout string            `yaml:"timeout"`
 }
 
 // Progress is how an agent's streamed chunks are batched into durable
@@ -181,6 +195,24 @@ func Parse(name string, data []byte) (*File, error) {
 				ps = append(ps, f.problem(at+".stepTimeout", fmt.Sprintf("%q is not a positive duration (for example 90s or 2m)", a.StepTimeout)))
 			}
 		}
+		for j, t := range a.Tools {
+			tat := fmt.Sprintf("%s.tools[%d]", at, j)
+			switch {
+			case t.Builtin != "" && t.HTTP != nil:
+				ps = append(ps, f.problem(tat, "a tool is built in (builtin) or an HTTP endpoint (http), not both"))
+			case t.Builtin == "" && t.HTTP == nil:
+				ps = append(ps, f.problem(tat, "a tool needs builtin (a tool of the node, by name) or http (an endpoint, with name)"))
+			case t.HTTP != nil && t.Name == "":
+				ps = append(ps, f.problem(tat, "an HTTP tool needs a name, as the model calls it"))
+			case t.Builtin != "" && (t.Name != "" || t.Description != "" || t.InputSchema != nil):
+				ps = append(ps, f.problem(tat, "a built-in tool has its own name, description and input schema: name, description and inputSchema are for HTTP tools"))
+			}
+			if t.HTTP != nil && t.HTTP.Timeout != "" {
+				if d, err := time.ParseDuration(t.HTTP.Timeout); err != nil || d <= 0 {
+					ps = append(ps, f.problem(tat+".http.timeout", fmt.Sprintf("%q is not a positive duration (for example 10s)", t.HTTP.Timeout)))
+				}
+			}
+		}
 	}
 	if len(ps) > 0 {
 		return nil, refuse(ps...)
@@ -189,10 +221,12 @@ func Parse(name string, data []byte) (*File, error) {
 }
 
 // Defaults are what an agent of a file gets for what the file leaves out:
-// the node's own settings (--model, --step-timeout).
+// the node's own settings (--model, --step-timeout), and the environment
+// that an HTTP tool's headers read (default os.Getenv).
 type Defaults struct {
 	Model       string
 	StepTimeout time.Duration
+	Getenv      func(string) string
 }
 
 // Build makes the file's agents. models serves their models (the node's
@@ -248,6 +282,12 @@ func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins 
 			o.Harness.StepTimeout, _ = time.ParseDuration(a.StepTimeout) // Parse checked it
 		}
 		for j, t := range a.Tools {
+			if t.HTTP != nil {
+				tool, tps := f.httpTool(fmt.Sprintf("agents[%d].tools[%d]", i, j), t, defaults.Getenv)
+				ps = append(ps, tps...)
+				o.Tools = append(o.Tools, tool)
+				continue
+			}
 			tool, ok := known[t.Builtin]
 			if !ok {
 				ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].builtin", i, j), fmt.Sprintf("no built-in tool is named %q (the node has: %s)", t.Builtin, strings.Join(names, ", "))))
@@ -267,6 +307,46 @@ func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins 
 		return nil, ps
 	}
 	return out, nil
+}
+
+// httpTool makes the HTTP tool t, at path at.
+func (f *File) httpTool(at string, t Tool, getenv func(string) string) (tools.Tool, []Problem) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var ps []Problem
+	headers := make(map[string]string, len(t.HTTP.Headers))
+	for k, v := range t.HTTP.Headers {
+		headers[k] = os.Expand(v, func(name string) string {
+			val := getenv(name)
+			if val == "" {
+				ps = append(ps, f.problem(at+".http.headers."+k, fmt.Sprintf("the environment has no %s (or it is empty)", name)))
+			}
+			return val
+		})
+	}
+	o := httptool.Options{Name: t.Name, Description: t.Description, URL: t.HTTP.URL, Method: t.HTTP.Method, Headers: headers}
+	if t.HTTP.Timeout != "" {
+		o.Timeout, _ = time.ParseDuration(t.HTTP.Timeout) // Parse checked it
+	}
+	if t.InputSchema != nil {
+		b, err := json.Marshal(t.InputSchema)
+		if err != nil {
+			ps = append(ps, f.problem(at+".inputSchema", "not a JSON Schema: "+err.Error()))
+		}
+		o.InputSchema = b
+	}
+	tool, err := httptool.New(o)
+	if err != nil {
+		ps = append(ps, f.problem(at+".http", strings.TrimPrefix(err.Error(), "httptool: ")))
+	}
+	if t.Recovery != "" {
+		tool.Recovery = t.Recovery
+	}
+	if t.Approval {
+		tool.NeedsApproval = func(json.RawMessage) bool { return true }
+	}
+	return tool, ps
 }
 
 // problem is a Problem at path, at path's line (or its nearest parent's).

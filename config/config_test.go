@@ -106,8 +106,14 @@ func TestAFileWithProblemsIsRefused(t *testing.T) {
 			[]string{"agents.yaml:5: agents[0].tools[0].recovery: value must be one of 'rerun', 'report'"}},
 		{"a step timeout Go cannot read", "agents:\n  - name: a\n    stepTimeout: 0s\n", []string{`agents.yaml:3: agents[0].stepTimeout: "0s" is not a positive duration`}},
 		{"two agents of one name", "agents:\n  - name: a\n  - name: b\n  - name: a\n", []string{`agents.yaml:4: agents[2].name: agents[0] is named "a" already`}},
-		{"every problem at once", "agents:\n  - name: a\n    maxSteps: 0\n  - name: B\n    tools:\n      - recovery: report\n",
-			[]string{"3 problems", "agents.yaml:3: agents[0].maxSteps: minimum", "agents.yaml:4: agents[1].name: '", "agents.yaml:6: agents[1].tools[0]: missing property 'builtin'"}},
+		{"every problem at once", "agents:\n  - name: a\n    maxSteps: 0\n  - name: B\n    tools:\n      - builtin: calculator\n        recovery: retry\n",
+			[]string{"3 problems", "agents.yaml:3: agents[0].maxSteps: minimum", "agents.yaml:4: agents[1].name: '", "agents.yaml:7: agents[1].tools[0].recovery: value must be one of"}},
+		{"a tool of no kind", "agents:\n  - name: a\n    tools:\n      - recovery: report\n", []string{"agents.yaml:4: agents[0].tools[0]: a tool needs builtin"}},
+		{"a tool of two kinds", "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n        name: calc\n        http: {url: 'http://127.0.0.1:1/'}\n", []string{"agents.yaml:4: agents[0].tools[0]: a tool is built in (builtin) or an HTTP endpoint (http), not both"}},
+		{"an HTTP tool without a name", "agents:\n  - name: a\n    tools:\n      - http:\n          url: https://example.invalid/x\n", []string{"agents.yaml:4: agents[0].tools[0]: an HTTP tool needs a name"}},
+		{"an HTTP tool's URL of another scheme", "agents:\n  - name: a\n    tools:\n      - name: t\n        http:\n          url: ftp://example.invalid/x\n", []string{"agents.yaml:6: agents[0].tools[0].http.url: '"}},
+		{"an HTTP tool's method of another kind", "agents:\n  - name: a\n    tools:\n      - name: t\n        http:\n          url: http://127.0.0.1:1/\n          method: SEND\n", []string{"agents.yaml:7: agents[0].tools[0].http.method: value must be one of"}},
+		{"a built-in tool given a name", "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n        name: calc\n", []string{"agents.yaml:4: agents[0].tools[0]: a built-in tool has its own name"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := Parse("agents.yaml", []byte(tc.file))

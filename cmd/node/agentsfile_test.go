@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -140,5 +142,82 @@ func TestNodeRefusesABadAgentsFile(t *testing.T) {
 				t.Fatalf("the node made its data directory although it refused its agents: %v", serr)
 			}
 		})
+	}
+}
+
+// An HTTP tool of an agents file, through a turn: the script model calls
+// it, the node calls the endpoint (on loopback) with the header the file
+// reads from the environment, and the call's output is the endpoint's
+// answer.
+func TestNodeCallsAnHTTPToolOfAFile(t *testing.T) {
+	var auth, body string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		auth, body = r.Header.Get("Authorization"), string(b)
+		_, _ = w.Write([]byte(`{"order":"A-1","status":"shipped"}`))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	scriptPath := filepath.Join(dir, "script.json")
+	if err := os.WriteFile(scriptPath, []byte(`{"default":{"toolCalls":[{"name":"lookup_order","input":{"id":"A-1"}}],"then":{"text":"It has shipped."}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agentsPath := filepath.Join(dir, "agents.yaml")
+	file := `agents:
+  - name: orders
+    tools:
+      - name: lookup_order
+        description: Looks an order up by its ID.
+        inputSchema:
+          type: object
+          properties: {id: {type: string}}
+          required: [id]
+        http:
+          url: ` + srv.URL + `/orders
+          headers:
+            Authorization: Bearer ${ORDERS_TOKEN}
+`
+	if err := os.WriteFile(agentsPath, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"ORDERS_TOKEN": "s3cret"}
+	n := startNode(t, config{agentsFile: agentsPath, script: scriptPath, getenv: func(k string) string { return env[k] }})
+	c, err := client.New(n.url, "orders", client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := c.Open(ctx, "o1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Send(ctx, "Where is order A-1?"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(ctx, func(st *protocol.AIState) bool { return st.Active == nil && len(st.Messages) == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Confirmed()
+	var output string
+	for _, p := range st.Messages[1].Parts {
+		if p.ToolNameOf() == "lookup_order" && p.State == protocol.ToolOutputAvailable {
+			output = string(p.Output)
+		}
+	}
+	if output != `{"order":"A-1","status":"shipped"}` || auth != "Bearer s3cret" || body != `{"id":"A-1"}` {
+		t.Fatalf("the tool's output %q; the endpoint got Authorization %q and body %q", output, auth, body)
+	}
+	// The same file without the token in the environment stops the node.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer bcancel()
+	err = serve(bctx, config{agentsFile: agentsPath, script: scriptPath, data: filepath.Join(dir, "data2")}, ln, &strings.Builder{})
+	if err == nil || !strings.Contains(err.Error(), "agents.yaml:13: agents[0].tools[0].http.headers.Authorization: the environment has no ORDERS_TOKEN") {
+		t.Fatalf("serve without ORDERS_TOKEN: %v", err)
 	}
 }

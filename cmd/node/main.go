@@ -227,7 +227,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	}
 	cfg.telemetry = describeTelemetry(tcfg, cfg.metricsAddr)
 
-	agents, err := nodeAgents(cfg, p, sc != nil)
+	agents, err := nodeAgents(cfg, p, sc != nil, getenv)
 	if err != nil {
 		return err
 	}
@@ -263,13 +263,13 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 
 // nodeAgents are the agents a node serves: those of --config, else the
 // default agent.
-func nodeAgents(cfg config, p *providers.Set, testMode bool) ([]*actors.Agent, error) {
+func nodeAgents(cfg config, p *providers.Set, testMode bool, getenv func(string) string) ([]*actors.Agent, error) {
 	if cfg.agentsFile != "" {
 		f, err := agentsfile.Load(cfg.agentsFile)
 		if err != nil {
 			return nil, err
 		}
-		return f.Build(p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout}, nodeTools(testMode))
+		return f.Build(p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout, Getenv: getenv}, nodeTools(testMode))
 	}
 	agent, err := actors.NewAgent(actors.AgentOptions{
 		Name:         defaultAgent,
