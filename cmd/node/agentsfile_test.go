@@ -34,6 +34,29 @@ func docsAgentsExample(t *testing.T) string {
 	return example[:strings.Index(example, "```")]
 }
 
+// oneTurn sends text to a fresh session of agent and returns the session's
+// state once the turn has ended.
+func oneTurn(ctx context.Context, t *testing.T, url, agent, session, text string) *protocol.AIState {
+	t.Helper()
+	c, err := client.New(url, agent, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Open(ctx, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Send(ctx, text); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(ctx, func(st *protocol.AIState) bool { return st.Active == nil && len(st.Messages) == 2 }); err != nil {
+		t.Fatalf("%s: %v", agent, err)
+	}
+	st, _ := s.Confirmed()
+	return st
+}
+
 // The node serves the agents of docs/agents.md's example as written (the
 // demo model, its built-in tools): both are listed, and each runs a turn,
 // the helpdesk's through its calculator.
@@ -66,21 +89,7 @@ func TestNodeServesTheAgentsOfAFile(t *testing.T) {
 		{"helpdesk", "calculate 6*7", "6*7 = 42", "calculator"},
 		{"scratch", "hello", "", ""},
 	} {
-		c, err := client.New(n.url, tc.agent, client.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Open(ctx, "s-"+tc.agent)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Send(ctx, tc.text); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Wait(ctx, func(st *protocol.AIState) bool { return st.Active == nil && len(st.Messages) == 2 }); err != nil {
-			t.Fatalf("%s: %v", tc.agent, err)
-		}
-		st, _ := s.Confirmed()
+		st := oneTurn(ctx, t, n.url, tc.agent, "s-"+tc.agent, tc.text)
 		var answer strings.Builder
 		tool := ""
 		for _, p := range st.Messages[1].Parts {
@@ -91,7 +100,6 @@ func TestNodeServesTheAgentsOfAFile(t *testing.T) {
 				tool = p.ToolNameOf()
 			}
 		}
-		s.Close()
 		if answer.Len() == 0 || !strings.Contains(answer.String(), tc.want) || tool != tc.tool {
 			t.Fatalf("%s: answer %q (tool %q), want one with %q (tool %q)", tc.agent, answer.String(), tool, tc.want, tc.tool)
 		}
@@ -182,24 +190,9 @@ func TestNodeCallsAnHTTPToolOfAFile(t *testing.T) {
 	}
 	env := map[string]string{"ORDERS_TOKEN": "s3cret"}
 	n := startNode(t, config{agentsFile: agentsPath, script: scriptPath, getenv: func(k string) string { return env[k] }})
-	c, err := client.New(n.url, "orders", client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := c.Open(ctx, "o1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Send(ctx, "Where is order A-1?"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Wait(ctx, func(st *protocol.AIState) bool { return st.Active == nil && len(st.Messages) == 2 }); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := s.Confirmed()
+	st := oneTurn(ctx, t, n.url, "orders", "o1", "Where is order A-1?")
 	var output string
 	for _, p := range st.Messages[1].Parts {
 		if p.ToolNameOf() == "lookup_order" && p.State == protocol.ToolOutputAvailable {
