@@ -10,10 +10,12 @@ package config
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +33,7 @@ import (
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
 	"github.com/a2-runtime/a2/tools/httptool"
+	"github.com/a2-runtime/a2/tools/mcptool"
 )
 
 // Schema is the JSON Schema of an agents file.
@@ -40,7 +43,8 @@ var Schema []byte
 
 // File is an agents file, as read.
 type File struct {
-	Agents []Agent `yaml:"agents"`
+	Agents     []Agent     `yaml:"agents"`
+	MCPServers []MCPServer `yaml:"mcpServers"`
 
 	name  string         // the file's name, for messages
 	lines map[string]int // path (agents[0].name) to its line
@@ -65,8 +69,19 @@ type Tool struct {
 	Description string         `yaml:"description"`
 	InputSchema map[string]any `yaml:"inputSchema"`
 	HTTP        *HTTP          `yaml:"http"`
+	MCP         string         `yaml:"mcp"`
 	Recovery    string         `yaml:"recovery"`
 	Approval    bool           `yaml:"approval"`
+}
+
+// MCPServer is an MCP server whose tools agents may call (mcptool.Server).
+type MCPServer struct {
+	Name    string            `yaml:"name"`
+	Command string            `yaml:"command"`
+	Args    []string          `yaml:"args"`
+	Env     map[string]string `yaml:"env"`
+	URL     string            `yaml:"url"`
+	Headers map[string]string `yaml:"headers"`
 }
 
 // HTTP is an HTTP tool's endpoint (httptool.Options).
@@ -183,6 +198,23 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, refuse(Problem{Line: line, Message: msg})
 	}
 	var ps []Problem
+	servers := map[string]int{}
+	for i, s := range f.MCPServers {
+		at := fmt.Sprintf("mcpServers[%d]", i)
+		if j, ok := servers[s.Name]; ok {
+			ps = append(ps, f.problem(at+".name", fmt.Sprintf("mcpServers[%d] is named %q already", j, s.Name)))
+		}
+		servers[s.Name] = i
+		if (s.Command == "") == (s.URL == "") {
+			ps = append(ps, f.problem(at, "an MCP server has a command (stdio) or a url (streamable HTTP), one of them"))
+		}
+		if s.Command == "" && (len(s.Args) > 0 || len(s.Env) > 0) {
+			ps = append(ps, f.problem(at, "args and env are a command's: this server has none"))
+		}
+		if s.URL == "" && len(s.Headers) > 0 {
+			ps = append(ps, f.problem(at+".headers", "headers are an HTTP server's: this server has no url"))
+		}
+	}
 	seen := map[string]int{}
 	for i, a := range f.Agents {
 		at := fmt.Sprintf("agents[%d]", i)
@@ -197,11 +229,23 @@ func Parse(name string, data []byte) (*File, error) {
 		}
 		for j, t := range a.Tools {
 			tat := fmt.Sprintf("%s.tools[%d]", at, j)
+			kinds := 0
+			for _, set := range []bool{t.Builtin != "", t.HTTP != nil, t.MCP != ""} {
+				if set {
+					kinds++
+				}
+			}
 			switch {
-			case t.Builtin != "" && t.HTTP != nil:
-				ps = append(ps, f.problem(tat, "a tool is built in (builtin) or an HTTP endpoint (http), not both"))
-			case t.Builtin == "" && t.HTTP == nil:
-				ps = append(ps, f.problem(tat, "a tool needs builtin (a tool of the node, by name) or http (an endpoint, with name)"))
+			case kinds > 1:
+				ps = append(ps, f.problem(tat, "a tool is built in (builtin), an HTTP endpoint (http) or an MCP server's (mcp), one of them"))
+			case kinds == 0:
+				ps = append(ps, f.problem(tat, "a tool needs builtin (a tool of the node, by name), http (an endpoint, with name) or mcp (a server of mcpServers)"))
+			case t.MCP != "" && (t.Name != "" || t.Description != "" || t.InputSchema != nil):
+				ps = append(ps, f.problem(tat, "an MCP server's tools have their own names, descriptions and input schemas"))
+			case t.MCP != "":
+				if _, ok := servers[t.MCP]; !ok {
+					ps = append(ps, f.problem(tat+".mcp", fmt.Sprintf("no server of mcpServers is named %q", t.MCP)))
+				}
 			case t.HTTP != nil && t.Name == "":
 				ps = append(ps, f.problem(tat, "an HTTP tool needs a name, as the model calls it"))
 			case t.Builtin != "" && (t.Name != "" || t.Description != "" || t.InputSchema != nil):
@@ -227,12 +271,72 @@ type Defaults struct {
 	Model       string
 	StepTimeout time.Duration
 	Getenv      func(string) string
+	// Logger receives the MCP servers' restarts.
+	Logger *slog.Logger
 }
 
-// Build makes the file's agents. models serves their models (the node's
-// providers); builtins are the tools the file may name.
-func (f *File) Build(models actors.ModelProvider, defaults Defaults, builtins []tools.Tool) ([]*actors.Agent, error) {
-	opts, ps := f.options(models, defaults, builtins)
+// Build makes the file's agents, connecting to its MCP servers (each
+// server's tools are the ones it lists now). models serves their models
+// (the node's providers); builtins are the tools the file may name. stop
+// closes the servers' connections (and stops their commands): call it once
+// the agents are served no more.
+func (f *File) Build(ctx context.Context, models actors.ModelProvider, defaults Defaults, builtins []tools.Tool) (agents []*actors.Agent, stop func(), err error) {
+	conns, ps := f.connect(ctx, defaults)
+	stop = func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	agents, err = f.build(models, defaults, builtins, conns, ps)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return agents, stop, nil
+}
+
+// connect connects to the file's MCP servers.
+func (f *File) connect(ctx context.Context, defaults Defaults) (map[string]*mcptool.Conn, []Problem) {
+	getenv := defaults.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	conns := map[string]*mcptool.Conn{}
+	var ps []Problem
+	for i, s := range f.MCPServers {
+		at := fmt.Sprintf("mcpServers[%d]", i)
+		expand := func(field string, m map[string]string) map[string]string {
+			out := make(map[string]string, len(m))
+			for k, v := range m {
+				out[k] = os.Expand(v, func(name string) string {
+					val := getenv(name)
+					if val == "" {
+						ps = append(ps, f.problem(at+"."+field+"."+k, fmt.Sprintf("the environment has no %s (or it is empty)", name)))
+					}
+					return val
+				})
+			}
+			return out
+		}
+		srv := mcptool.Server{Name: s.Name, Command: s.Command, Args: s.Args, URL: s.URL, Headers: expand("headers", s.Headers), Logger: defaults.Logger}
+		for k, v := range expand("env", s.Env) {
+			srv.Env = append(srv.Env, k+"="+v)
+		}
+		c, err := mcptool.Connect(ctx, srv)
+		if err != nil {
+			ps = append(ps, f.problem(at, strings.TrimPrefix(err.Error(), "mcptool: ")))
+			continue
+		}
+		conns[s.Name] = c
+	}
+	return conns, ps
+}
+
+// build makes the agents, given the servers' connections and the problems
+// found so far.
+func (f *File) build(models actors.ModelProvider, defaults Defaults, builtins []tools.Tool, conns map[string]*mcptool.Conn, ps []Problem) ([]*actors.Agent, error) {
+	opts, ops := f.options(models, defaults, builtins, conns)
+	ps = append(ps, ops...)
 	var out []*actors.Agent
 	for i, o := range opts {
 		agent, err := actors.NewAgent(o)
@@ -258,7 +362,7 @@ func (f *File) Build(models actors.ModelProvider, defaults Defaults, builtins []
 
 // options are the options of the file's agents, in order, and the
 // problems of the tools they name.
-func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins []tools.Tool) ([]actors.AgentOptions, []Problem) {
+func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins []tools.Tool, conns map[string]*mcptool.Conn) ([]actors.AgentOptions, []Problem) {
 	known := make(map[string]tools.Tool, len(builtins))
 	names := make([]string, 0, len(builtins))
 	for _, t := range builtins {
@@ -282,6 +386,27 @@ func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins 
 			o.Harness.StepTimeout, _ = time.ParseDuration(a.StepTimeout) // Parse checked it
 		}
 		for j, t := range a.Tools {
+			if t.MCP != "" {
+				c, ok := conns[t.MCP]
+				if !ok {
+					continue // its connection failed: a problem already
+				}
+				ts, err := c.Tools()
+				if err != nil {
+					ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].mcp", i, j), strings.TrimPrefix(err.Error(), "mcptool: ")))
+					continue
+				}
+				for _, tool := range ts {
+					if t.Recovery != "" {
+						tool.Recovery = t.Recovery
+					}
+					if t.Approval {
+						tool.NeedsApproval = func(json.RawMessage) bool { return true }
+					}
+					o.Tools = append(o.Tools, tool)
+				}
+				continue
+			}
 			if t.HTTP != nil {
 				tool, tps := f.httpTool(fmt.Sprintf("agents[%d].tools[%d]", i, j), t, defaults.Getenv)
 				ps = append(ps, tps...)

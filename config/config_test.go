@@ -54,7 +54,7 @@ func TestAFileOfAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, ps := f.options(models(t), Defaults{Model: "demo", StepTimeout: 10 * time.Minute}, builtins)
+	opts, ps := f.options(models(t), Defaults{Model: "demo", StepTimeout: 10 * time.Minute}, builtins, nil)
 	if len(ps) != 0 {
 		t.Fatalf("problems: %v", ps)
 	}
@@ -77,10 +77,11 @@ func TestAFileOfAgents(t *testing.T) {
 	if builtins[1].NeedsApproval != nil || builtins[0].Recovery != "" {
 		t.Fatal("the file's settings changed the node's own tools")
 	}
-	agents, err := f.Build(models(t), Defaults{Model: "demo"}, builtins)
+	agents, stop, err := f.Build(context.Background(), models(t), Defaults{Model: "demo"}, builtins)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer stop()
 	if len(agents) != 2 || agents[0].Name() != "helpdesk" || agents[1].Name() != "plain" {
 		t.Fatalf("built %d agents", len(agents))
 	}
@@ -109,10 +110,14 @@ func TestAFileWithProblemsIsRefused(t *testing.T) {
 		{"every problem at once", "agents:\n  - name: a\n    maxSteps: 0\n  - name: B\n    tools:\n      - builtin: calculator\n        recovery: retry\n",
 			[]string{"3 problems", "agents.yaml:3: agents[0].maxSteps: minimum", "agents.yaml:4: agents[1].name: '", "agents.yaml:7: agents[1].tools[0].recovery: value must be one of"}},
 		{"a tool of no kind", "agents:\n  - name: a\n    tools:\n      - recovery: report\n", []string{"agents.yaml:4: agents[0].tools[0]: a tool needs builtin"}},
-		{"a tool of two kinds", "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n        name: calc\n        http: {url: 'http://127.0.0.1:1/'}\n", []string{"agents.yaml:4: agents[0].tools[0]: a tool is built in (builtin) or an HTTP endpoint (http), not both"}},
+		{"a tool of two kinds", "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n        name: calc\n        http: {url: 'http://127.0.0.1:1/'}\n", []string{"agents.yaml:4: agents[0].tools[0]: a tool is built in (builtin), an HTTP endpoint (http) or an MCP server's (mcp), one of them"}},
 		{"an HTTP tool without a name", "agents:\n  - name: a\n    tools:\n      - http:\n          url: https://example.invalid/x\n", []string{"agents.yaml:4: agents[0].tools[0]: an HTTP tool needs a name"}},
 		{"an HTTP tool's URL of another scheme", "agents:\n  - name: a\n    tools:\n      - name: t\n        http:\n          url: ftp://example.invalid/x\n", []string{"agents.yaml:6: agents[0].tools[0].http.url: '"}},
 		{"an HTTP tool's method of another kind", "agents:\n  - name: a\n    tools:\n      - name: t\n        http:\n          url: http://127.0.0.1:1/\n          method: SEND\n", []string{"agents.yaml:7: agents[0].tools[0].http.method: value must be one of"}},
+		{"an MCP server not declared", "agents:\n  - name: a\n    tools:\n      - mcp: files\n", []string{`agents.yaml:4: agents[0].tools[0].mcp: no server of mcpServers is named "files"`}},
+		{"an MCP server with a command and a url", "mcpServers:\n  - name: files\n    command: mcp-files\n    url: http://127.0.0.1:1/mcp\nagents:\n  - name: a\n", []string{"agents.yaml:2: mcpServers[0]: an MCP server has a command (stdio) or a url"}},
+		{"two MCP servers of one name", "mcpServers:\n  - name: f\n    command: x\n  - name: f\n    command: y\nagents:\n  - name: a\n", []string{`agents.yaml:4: mcpServers[1].name: mcpServers[0] is named "f" already`}},
+		{"an MCP server's tools renamed", "mcpServers:\n  - name: f\n    command: x\nagents:\n  - name: a\n    tools:\n      - mcp: f\n        name: g\n", []string{"agents.yaml:7: agents[0].tools[0]: an MCP server's tools have their own names"}},
 		{"a built-in tool given a name", "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n        name: calc\n", []string{"agents.yaml:4: agents[0].tools[0]: a built-in tool has its own name"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,8 +147,8 @@ func TestBuildRefusesWhatTheNodeCannotServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agents, err := f.Build(models(t), Defaults{Model: "demo"}, builtins)
-	if err == nil || agents != nil {
+	agents, stop, err := f.Build(context.Background(), models(t), Defaults{Model: "demo"}, builtins)
+	if err == nil || agents != nil || stop != nil {
 		t.Fatalf("Build = %v, %v; want a refusal", agents, err)
 	}
 	for _, w := range []string{`agents.yaml:5: agents[0].tools[1].builtin: no built-in tool is named "weather" (the node has: calculator, current_time)`} {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/a2-runtime/a2/client"
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -55,6 +57,16 @@ func oneTurn(ctx context.Context, t *testing.T, url, agent, session, text string
 	}
 	st, _ := s.Confirmed()
 	return st
+}
+
+// toolOutput is the output of the turn's call of tool ("" if none).
+func toolOutput(st *protocol.AIState, tool string) string {
+	for _, p := range st.Messages[len(st.Messages)-1].Parts {
+		if p.ToolNameOf() == tool && p.State == protocol.ToolOutputAvailable {
+			return string(p.Output)
+		}
+	}
+	return ""
 }
 
 // The node serves the agents of docs/agents.md's example as written (the
@@ -193,12 +205,7 @@ func TestNodeCallsAnHTTPToolOfAFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st := oneTurn(ctx, t, n.url, "orders", "o1", "Where is order A-1?")
-	var output string
-	for _, p := range st.Messages[1].Parts {
-		if p.ToolNameOf() == "lookup_order" && p.State == protocol.ToolOutputAvailable {
-			output = string(p.Output)
-		}
-	}
+	output := toolOutput(st, "lookup_order")
 	if output != `{"order":"A-1","status":"shipped"}` || auth != "Bearer s3cret" || body != `{"id":"A-1"}` {
 		t.Fatalf("the tool's output %q; the endpoint got Authorization %q and body %q", output, auth, body)
 	}
@@ -212,5 +219,63 @@ func TestNodeCallsAnHTTPToolOfAFile(t *testing.T) {
 	err = serve(bctx, config{agentsFile: agentsPath, script: scriptPath, data: filepath.Join(dir, "data2")}, ln, &strings.Builder{})
 	if err == nil || !strings.Contains(err.Error(), "agents.yaml:13: agents[0].tools[0].http.headers.Authorization: the environment has no ORDERS_TOKEN") {
 		t.Fatalf("serve without ORDERS_TOKEN: %v", err)
+	}
+}
+
+// An MCP server's tools, through a turn: the file declares a
+// streamable-HTTP server (written with the MCP Go SDK, on loopback) and
+// offers its tools to an agent; the script model calls one, and the
+// call's output is the server's structured answer. A server the node
+// cannot reach stops it at its start, with the server's line.
+func TestNodeCallsAnMCPToolOfAFile(t *testing.T) {
+	type addIn struct{ A, B int }
+	type addOut struct {
+		Sum int `json:"sum"`
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "math", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "add", Description: "Adds two numbers."}, func(_ context.Context, _ *mcp.CallToolRequest, in addIn) (*mcp.CallToolResult, addOut, error) {
+		return nil, addOut{Sum: in.A + in.B}, nil
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	// Closed after the node (cleanups run last first): Close waits for the
+	// node's open stream to the server.
+	t.Cleanup(hs.Close)
+	dir := t.TempDir()
+	scriptPath := filepath.Join(dir, "script.json")
+	if err := os.WriteFile(scriptPath, []byte(`{"default":{"toolCalls":[{"name":"add","input":{"A":2,"B":3}}],"then":{"text":"Five."}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write := func(url string) string {
+		path := filepath.Join(dir, "agents.yaml")
+		file := "mcpServers:\n  - name: math\n    url: " + url + "\nagents:\n  - name: calc\n    tools:\n      - mcp: math\n        recovery: report\n"
+		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	n := startNode(t, config{agentsFile: write(hs.URL), script: scriptPath})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st := oneTurn(ctx, t, n.url, "calc", "m1", "What is 2+3?")
+	output := toolOutput(st, "add")
+	if output != `{"sum":5}` {
+		t.Fatalf("the MCP tool's output: %q; the message: %+v", output, st.Messages[1].Parts)
+	}
+	// A server the node cannot reach.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close()
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, bcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer bcancel()
+	err = serve(bctx, config{agentsFile: write(dead), script: scriptPath, data: filepath.Join(dir, "data2")}, ln, &strings.Builder{})
+	if err == nil || !strings.Contains(err.Error(), `agents.yaml:2: mcpServers[0]: the server "math"`) {
+		t.Fatalf("serve with a server it cannot reach: %v", err)
 	}
 }

@@ -227,10 +227,11 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	}
 	cfg.telemetry = describeTelemetry(tcfg, cfg.metricsAddr)
 
-	agents, err := nodeAgents(cfg, p, sc != nil, getenv)
+	agents, stop, err := nodeAgents(ctx, cfg, p, sc != nil, getenv, logger)
 	if err != nil {
 		return err
 	}
+	defer stop()
 	names := make([]string, len(agents))
 	for i, a := range agents {
 		names[i] = a.Name()
@@ -263,13 +264,14 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 
 // nodeAgents are the agents a node serves: those of --config, else the
 // default agent.
-func nodeAgents(cfg config, p *providers.Set, testMode bool, getenv func(string) string) ([]*actors.Agent, error) {
+// The agents of a file come with a stop that closes their MCP servers.
+func nodeAgents(ctx context.Context, cfg config, p *providers.Set, testMode bool, getenv func(string) string, logger *slog.Logger) ([]*actors.Agent, func(), error) {
 	if cfg.agentsFile != "" {
 		f, err := agentsfile.Load(cfg.agentsFile)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return f.Build(p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout, Getenv: getenv}, nodeTools(testMode))
+		return f.Build(ctx, p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout, Getenv: getenv, Logger: logger}, nodeTools(testMode))
 	}
 	agent, err := actors.NewAgent(actors.AgentOptions{
 		Name:         defaultAgent,
@@ -280,9 +282,9 @@ func nodeAgents(cfg config, p *providers.Set, testMode bool, getenv func(string)
 		Harness:      actors.HarnessOptions{StepTimeout: cfg.stepTimeout},
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return []*actors.Agent{agent}, nil
+	return []*actors.Agent{agent}, func() {}, nil
 }
 
 // printBanner tells a newcomer where the node is and what to do next.
