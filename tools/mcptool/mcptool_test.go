@@ -166,7 +166,13 @@ func TestAServerOverStreamableHTTP(t *testing.T) {
 }
 
 func TestConnectRefusesWhatCannotWork(t *testing.T) {
-	ctx := context.Background()
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<html><body>It works!</body></html>"))
+	}))
+	defer page.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	for _, tc := range []struct {
 		s    Server
 		want string
@@ -174,6 +180,10 @@ func TestConnectRefusesWhatCannotWork(t *testing.T) {
 		{Server{Name: "none"}, "needs a command or a URL"},
 		{Server{Name: "both", Command: "x", URL: "http://127.0.0.1:1"}, "needs a command or a URL"},
 		{Server{Name: "absent", Command: "/nonexistent/mcp-server"}, `the server "absent"`},
+		// Servers that answer garbage: a command that prints what is not
+		// JSON-RPC, and an endpoint that answers a web page.
+		{Server{Name: "noise", Command: "/bin/sh", Args: []string{"-c", "echo 'Welcome!'; echo '{not json'; sleep 2"}}, `the server "noise"`},
+		{Server{Name: "page", URL: page.URL}, `the server "page"`},
 	} {
 		if c, err := Connect(ctx, tc.s); err == nil || !strings.Contains(err.Error(), tc.want) {
 			if c != nil {
