@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -190,6 +192,46 @@ func TestConnectRefusesWhatCannotWork(t *testing.T) {
 				c.Close()
 			}
 			t.Errorf("Connect(%+v) = %v; want an error with %q", tc.s, err, tc.want)
+		}
+	}
+}
+
+// everythingServer is the protocol's reference server, published on the
+// npm registry, as conformance/mcp's lockfile pins it.
+func everythingServer(t *testing.T) Server {
+	script, err := filepath.Abs(filepath.Join("..", "..", "conformance", "mcp", "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, nerr := exec.LookPath("node")
+	if _, err := os.Stat(script); err != nil || nerr != nil {
+		msg := "the published MCP server is not installed (run: cd conformance/mcp && npm ci; it needs Node.js)"
+		if os.Getenv("A2_REQUIRE_MCP") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return Server{Name: "everything", Command: node, Args: []string{script, "stdio"}}
+}
+
+// A server of another implementation (TypeScript, the protocol's reference
+// "everything" server): its tools through this package as through a turn.
+func TestAPublishedServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, everythingServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct{ tool, input, want string }{
+		{"echo", `{"message":"hello from A2"}`, `"Echo: hello from A2"`},
+		{"get-sum", `{"a":2,"b":3}`, `5`},
+		{"get-tiny-image", `{}`, `"type":"image"`},
+	} {
+		out, err := call(t, c, tc.tool, tc.input)
+		if err != nil || !strings.Contains(out, tc.want) || !json.Valid([]byte(out)) {
+			t.Errorf("%s: %s, %v; want JSON with %s", tc.tool, out, err, tc.want)
 		}
 	}
 }
