@@ -52,13 +52,22 @@ type File struct {
 
 // Agent is one agent of a file (agents.schema.json describes each field).
 type Agent struct {
-	Name         string   `yaml:"name"`
-	Model        string   `yaml:"model"`
-	Instructions string   `yaml:"instructions"`
-	MaxSteps     int      `yaml:"maxSteps"`
-	StepTimeout  string   `yaml:"stepTimeout"`
-	Tools        []Tool   `yaml:"tools"`
-	Progress     Progress `yaml:"progress"`
+	Name         string     `yaml:"name"`
+	Model        string     `yaml:"model"`
+	Instructions string     `yaml:"instructions"`
+	MaxSteps     int        `yaml:"maxSteps"`
+	StepTimeout  string     `yaml:"stepTimeout"`
+	Tools        []Tool     `yaml:"tools"`
+	Progress     Progress   `yaml:"progress"`
+	Compaction   Compaction `yaml:"compaction"`
+}
+
+// Compaction is how an agent's long conversations are compacted
+// (protocol.CompactionOptions).
+type Compaction struct {
+	Disabled        bool   `yaml:"disabled"`
+	ThresholdTokens int64  `yaml:"thresholdTokens"`
+	Instructions    string `yaml:"instructions"`
 }
 
 // Tool is a tool an agent may call: one built into the node (Builtin), or
@@ -345,8 +354,12 @@ func (f *File) build(models actors.ModelProvider, defaults Defaults, builtins []
 			path := at
 			var ce *protocol.ConfigError
 			if errors.As(err, &ce) && ce.Option != "" {
-				if _, ok := f.lines[at+"."+ce.Option]; ok {
-					path = at + "." + ce.Option
+				// The runtime names harness options by their Go path
+				// (harness.compaction.thresholdTokens); the file has no
+				// harness level.
+				option := strings.TrimPrefix(ce.Option, "harness.")
+				if _, ok := f.lines[at+"."+option]; ok {
+					path = at + "." + option
 				}
 			}
 			ps = append(ps, f.problem(path, err.Error()))
@@ -380,7 +393,8 @@ func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins 
 			Instructions: harness.Instructions(a.Instructions),
 			MaxSteps:     a.MaxSteps,
 			Progress:     protocol.ProgressOptions{MaxDelayMs: a.Progress.MaxDelayMs, MaxChunks: a.Progress.MaxChunks},
-			Harness:      actors.HarnessOptions{StepTimeout: defaults.StepTimeout},
+			Harness: actors.HarnessOptions{StepTimeout: defaults.StepTimeout,
+				Compaction: protocol.CompactionOptions{Disabled: a.Compaction.Disabled, ThresholdTokens: a.Compaction.ThresholdTokens, Instructions: a.Compaction.Instructions}},
 		}
 		if a.StepTimeout != "" {
 			o.Harness.StepTimeout, _ = time.ParseDuration(a.StepTimeout) // Parse checked it

@@ -46,6 +46,9 @@ agents:
     progress:
       maxDelayMs: 20
       maxChunks: 64
+    compaction:
+      thresholdTokens: 50000
+      instructions: Keep order numbers.
   - name: plain
 `
 
@@ -64,6 +67,9 @@ func TestAFileOfAgents(t *testing.T) {
 	h := opts[0]
 	if h.MaxSteps != 8 || h.Harness.StepTimeout != 90*time.Second || h.Progress.MaxDelayMs != 20 || h.Progress.MaxChunks != 64 {
 		t.Fatalf("helpdesk's options: maxSteps %d, stepTimeout %v, progress %+v", h.MaxSteps, h.Harness.StepTimeout, h.Progress)
+	}
+	if c := h.Harness.Compaction; c.ThresholdTokens != 50000 || c.Instructions != "Keep order numbers." || c.Disabled {
+		t.Fatalf("helpdesk's compaction: %+v", c)
 	}
 	if len(h.Tools) != 2 || h.Tools[0].Name != "calculator" || h.Tools[0].Recovery != "report" || h.Tools[0].NeedsApproval != nil {
 		t.Fatalf("helpdesk's first tool: %+v", h.Tools[0])
@@ -152,6 +158,17 @@ func TestBuildRefusesWhatTheNodeCannotServe(t *testing.T) {
 		t.Fatalf("Build = %v, %v; want a refusal", agents, err)
 	}
 	for _, w := range []string{`agents.yaml:5: agents[0].tools[1].builtin: no built-in tool is named "weather" (the node has: calculator, current_time)`} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("the error does not say %q:\n%s", w, err)
+		}
+	}
+	// An option the runtime refuses, at its line.
+	f, err = Parse("agents.yaml", []byte("agents:\n  - name: a\n    compaction:\n      disabled: true\n      thresholdTokens: 9\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = f.Build(context.Background(), models(t), Defaults{Model: "demo"}, builtins)
+	for _, w := range []string{"agents.yaml:3: agents[0].compaction: ", "takes no thresholdTokens"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("the error does not say %q:\n%s", w, err)
 		}
