@@ -9,10 +9,10 @@
 //
 // Every write is one Pebble batch committed with a WAL sync
 // (pebble.Sync): Append returns only after the batch is on stable storage.
-// Appends of different sessions run concurrently; Pebble's commit pipeline
-// gathers the batches that arrive while a WAL sync is in progress and covers
-// them all with the next sync, so concurrent sessions share syncs without any
-// batching layer of ours (measured in docs/benchmarks.md).
+// Appends of different sessions run concurrently; the store's committer
+// merges the batches queued while a group commits into one Pebble batch and
+// one sync (groupcommit.go), so concurrent sessions share syncs (measured
+// in docs/benchmarks.md).
 //
 // # Per-session serialization
 //
