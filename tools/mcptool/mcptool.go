@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os/exec"
@@ -160,6 +161,15 @@ func (c *Conn) call(ctx context.Context, name string, input json.RawMessage) (js
 	}
 	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: input})
 	if err != nil {
+		if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// The server is gone: the next call connects again, without
+			// waiting for the session's watcher to notice.
+			c.mu.Lock()
+			if c.session == s {
+				c.session = nil
+			}
+			c.mu.Unlock()
+		}
 		return nil, fmt.Errorf("the MCP server %q: %w", c.srv.Name, err)
 	}
 	var text []string
