@@ -79,6 +79,7 @@ type Tool struct {
 	InputSchema map[string]any `yaml:"inputSchema"`
 	HTTP        *HTTP          `yaml:"http"`
 	MCP         string         `yaml:"mcp"`
+	Only        []string       `yaml:"only"`
 	Recovery    string         `yaml:"recovery"`
 	Approval    bool           `yaml:"approval"`
 }
@@ -249,6 +250,8 @@ func Parse(name string, data []byte) (*File, error) {
 				ps = append(ps, f.problem(tat, "a tool is built in (builtin), an HTTP endpoint (http) or an MCP server's (mcp), one of them"))
 			case kinds == 0:
 				ps = append(ps, f.problem(tat, "a tool needs builtin (a tool of the node, by name), http (an endpoint, with name) or mcp (a server of mcpServers)"))
+			case t.MCP == "" && len(t.Only) > 0:
+				ps = append(ps, f.problem(tat+".only", "only chooses among an MCP server's tools: this tool has no mcp"))
 			case t.MCP != "" && (t.Name != "" || t.Description != "" || t.InputSchema != nil):
 				ps = append(ps, f.problem(tat, "an MCP server's tools have their own names, descriptions and input schemas"))
 			case t.MCP != "":
@@ -409,6 +412,21 @@ func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins 
 				if err != nil {
 					ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].mcp", i, j), strings.TrimPrefix(err.Error(), "mcptool: ")))
 					continue
+				}
+				if len(t.Only) > 0 {
+					listed := map[string]tools.Tool{}
+					for _, tool := range ts {
+						listed[tool.Name] = tool
+					}
+					ts = ts[:0:0]
+					for k, name := range t.Only {
+						tool, ok := listed[name]
+						if !ok {
+							ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].only[%d]", i, j, k), fmt.Sprintf("the server %q lists no tool %q", t.MCP, name)))
+							continue
+						}
+						ts = append(ts, tool)
+					}
 				}
 				for _, tool := range ts {
 					if t.Recovery != "" {

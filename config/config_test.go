@@ -4,9 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
@@ -172,5 +178,55 @@ func TestBuildRefusesWhatTheNodeCannotServe(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("the error does not say %q:\n%s", w, err)
 		}
+	}
+}
+
+// An MCP server's tools with a policy per tool: the server listed twice,
+// each entry choosing its tools (only) and their approval and recovery; a
+// tool the server does not list is a problem at its line.
+func TestMCPToolsWithAPolicyEach(t *testing.T) {
+	type in struct{ A, B int }
+	srv := mcp.NewServer(&mcp.Implementation{Name: "math", Version: "1"}, nil)
+	for _, name := range []string{"add", "sub", "mul"} {
+		mcp.AddTool(srv, &mcp.Tool{Name: name}, func(context.Context, *mcp.CallToolRequest, in) (*mcp.CallToolResult, any, error) {
+			return nil, nil, nil
+		})
+	}
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	file := func(only string) string {
+		return "mcpServers:\n  - name: math\n    url: " + hs.URL + "\nagents:\n  - name: a\n    tools:\n      - mcp: math\n        only: [add]\n        approval: true\n      - mcp: math\n        only: [" + only + "]\n        recovery: report\n"
+	}
+	f, err := Parse("agents.yaml", []byte(file("sub")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conns, ps := f.connect(ctx, Defaults{})
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	opts, ops := f.options(models(t), Defaults{Model: "demo"}, builtins, conns)
+	if len(ps)+len(ops) != 0 || len(opts) != 1 {
+		t.Fatalf("problems: %v %v", ps, ops)
+	}
+	got := map[string]string{}
+	for _, tool := range opts[0].Tools {
+		got[tool.Name] = fmt.Sprintf("approval %v, recovery %q", tool.NeedsApproval != nil && tool.NeedsApproval(nil), tool.Recovery)
+	}
+	want := map[string]string{"add": `approval true, recovery ""`, "sub": `approval false, recovery "report"`}
+	if !maps.Equal(got, want) {
+		t.Fatalf("the agent's tools: %v, want %v", got, want)
+	}
+	f, err = Parse("agents.yaml", []byte(file("div")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = f.Build(ctx, models(t), Defaults{Model: "demo"}, builtins)
+	if err == nil || !strings.Contains(err.Error(), `agents.yaml:11: agents[0].tools[1].only[0]: the server "math" lists no tool "div"`) {
+		t.Fatalf("a tool the server does not list: %v", err)
 	}
 }
