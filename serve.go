@@ -5,6 +5,7 @@
 package a2
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,7 +117,7 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 	}
 	ln := o.Listener
 	if ln == nil {
-		addr := firstOf(o.Addr, getenv("A2_ADDR"), "127.0.0.1:8080")
+		addr := cmp.Or(o.Addr, getenv("A2_ADDR"), "127.0.0.1:8080")
 		if ln, err = net.Listen("tcp", addr); err != nil {
 			return fmt.Errorf("cannot listen on %s: %w (another node running? choose another address)", addr, err)
 		}
@@ -292,7 +293,7 @@ func openStore(ctx context.Context, o Options, getenv func(string) string, logge
 		}
 		return s, s.Close, nil
 	}
-	dir := firstOf(o.Data, getenv("A2_DATA"), "./data")
+	dir := cmp.Or(o.Data, getenv("A2_DATA"), "./data")
 	s, err := pebblestore.Open(dir, pebblestore.Options{Logger: pebblestore.SlogLogger(logger)})
 	if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EAGAIN) {
 		// Pebble's lock: "resource temporarily unavailable" says nothing
@@ -359,13 +360,4 @@ func runtimeLevel(server slog.Level) slog.Level {
 		return server
 	}
 	return slog.LevelWarn
-}
-
-func firstOf(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }

@@ -10,6 +10,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -208,13 +209,17 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, refuse(Problem{Line: line, Message: msg})
 	}
 	var ps []Problem
+	// unique records that list[i] is named name, and reports a name taken.
+	unique := func(names map[string]int, list string, i int, name string) {
+		if j, ok := names[name]; ok {
+			ps = append(ps, f.problem(fmt.Sprintf("%s[%d].name", list, i), fmt.Sprintf("%s[%d] is named %q already: each needs a name of its own", list, j, name)))
+		}
+		names[name] = i
+	}
 	servers := map[string]int{}
 	for i, s := range f.MCPServers {
 		at := fmt.Sprintf("mcpServers[%d]", i)
-		if j, ok := servers[s.Name]; ok {
-			ps = append(ps, f.problem(at+".name", fmt.Sprintf("mcpServers[%d] is named %q already", j, s.Name)))
-		}
-		servers[s.Name] = i
+		unique(servers, "mcpServers", i, s.Name)
 		if (s.Command == "") == (s.URL == "") {
 			ps = append(ps, f.problem(at, "an MCP server has a command (stdio) or a url (streamable HTTP), one of them"))
 		}
@@ -228,10 +233,7 @@ func Parse(name string, data []byte) (*File, error) {
 	seen := map[string]int{}
 	for i, a := range f.Agents {
 		at := fmt.Sprintf("agents[%d]", i)
-		if j, ok := seen[a.Name]; ok {
-			ps = append(ps, f.problem(at+".name", fmt.Sprintf("agents[%d] is named %q already: each agent needs a name of its own", j, a.Name)))
-		}
-		seen[a.Name] = i
+		unique(seen, "agents", i, a.Name)
 		if a.StepTimeout != "" {
 			if d, err := time.ParseDuration(a.StepTimeout); err != nil || d <= 0 {
 				ps = append(ps, f.problem(at+".stepTimeout", fmt.Sprintf("%q is not a positive duration (for example 90s or 2m)", a.StepTimeout)))
@@ -391,7 +393,7 @@ func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins 
 	for i, a := range f.Agents {
 		o := actors.AgentOptions{
 			Name:         a.Name,
-			Model:        harness.ModelID(cmpOr(a.Model, defaults.Model)),
+			Model:        harness.ModelID(cmp.Or(a.Model, defaults.Model)),
 			Models:       models,
 			Instructions: harness.Instructions(a.Instructions),
 			MaxSteps:     a.MaxSteps,
@@ -595,11 +597,4 @@ func yamlError(err error) (int, string) {
 		}
 	}
 	return 0, msg
-}
-
-func cmpOr(v, def string) string {
-	if v != "" {
-		return v
-	}
-	return def
 }

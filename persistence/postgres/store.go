@@ -56,6 +56,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -193,11 +194,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Schema != "" {
 		rp["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
 	}
-	rp["application_name"] = cmpOr(rp["application_name"], "a2")
+	rp["application_name"] = cmp.Or(rp["application_name"], "a2")
 
 	s := &Store{
-		retention: cmpOr(opts.SnapshotRetention, defaultSnapshotRetention),
-		poll:      cmpOr(opts.PollInterval, defaultPollInterval),
+		retention: cmp.Or(opts.SnapshotRetention, defaultSnapshotRetention),
+		poll:      cmp.Or(opts.PollInterval, defaultPollInterval),
 		now:       opts.Now,
 		hook:      opts.BeforeCommit,
 		stopped:   make(chan struct{}),
@@ -207,7 +208,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Notify {
 		s.tag = newTag()
 	}
-	s.commit.max = cmpOr(opts.Committers, defaultCommitters)
+	s.commit.max = cmp.Or(opts.Committers, defaultCommitters)
 	s.follow = persistence.NewFanout(s.Read, s.stopped, func() error { return persistence.ErrClosed })
 	if s.now == nil {
 		s.now = time.Now
@@ -228,14 +229,6 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		close(s.listener)
 	}
 	return s, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // migrate applies, in one transaction holding an advisory lock, every
