@@ -21,7 +21,7 @@ import (
 //
 // Every append joins a queue; a committer takes what is queued (up to
 // maxGroupAppends batches and maxGroupBytes of payload) and writes it with
-// one statement, SELECT a2_append(...) (migration 4), which is one round
+// one statement, SELECT a2_append_group(...) (migration 6), which is one round
 // trip, one transaction and one WAL flush for all of them. The function
 // answers each batch on its own: written, index conflict, lease lost, or
 // stored IDs (then the batch's IDs are looked up and
@@ -46,7 +46,7 @@ const (
 	defaultCommitters = 2
 )
 
-// Statuses of a2_append's rows.
+// Statuses of a2_append_group's rows.
 const (
 	statusWritten   = 0
 	statusConflict  = 1
@@ -71,7 +71,7 @@ type committer struct {
 	queue   []*pendingAppend
 	running int // groups in flight
 	max     int
-	// statements counts the a2_append statements run, and batches the
+	// statements counts the a2_append_group statements run, and batches the
 	// batches they carried (tests read them: appends per commit).
 	statements, batches atomic.Int64
 }
@@ -192,14 +192,14 @@ func (s *Store) runGroup(group []*pendingAppend) {
 	}
 }
 
-// groupRow is a2_append's answer for one batch.
+// groupRow is a2_append_group's answer for one batch.
 type groupRow struct {
 	status int16
 	last   int64
 	epoch  int64
 }
 
-// writeGroup runs a2_append for the group: one statement (in a transaction
+// writeGroup runs a2_append_group for the group: one statement (in a transaction
 // of its own only when the BeforeCommit hook is set).
 func (s *Store) writeGroup(group []*pendingAppend) ([]groupRow, error) {
 	var total int
@@ -209,6 +209,7 @@ func (s *Store) writeGroup(group []*pendingAppend) ([]groupRow, error) {
 	sessions, expected, epochs := make([][]byte, len(group)), make([]int64, len(group)), make([]int64, len(group))
 	work, counts := make([]int16, len(group)), make([]int32, len(group))
 	ids, types, causes, payloads := make([][]byte, 0, total), make([][]byte, 0, total), make([][]byte, 0, total), make([][]byte, 0, total)
+	batches := make([]int32, 0, total)
 	for i, p := range group {
 		sessions[i], expected[i], epochs[i], counts[i] = []byte(p.session), int64(p.expected), int64(p.opts.Epoch), int32(len(p.batch))
 		work[i] = -1
@@ -225,6 +226,7 @@ func (s *Store) writeGroup(group []*pendingAppend) ([]groupRow, error) {
 				payload = []byte{}
 			}
 			ids, types, causes, payloads = append(ids, []byte(e.ID)), append(types, []byte(e.Type)), append(causes, []byte(e.Cause)), append(payloads, payload)
+			batches = append(batches, int32(i+1))
 		}
 	}
 	now := s.now().UnixMilli()
@@ -235,8 +237,8 @@ func (s *Store) writeGroup(group []*pendingAppend) ([]groupRow, error) {
 	}
 	s.commit.statements.Add(1)
 	s.commit.batches.Add(int64(len(group)))
-	const query = `SELECT status, last, epoch FROM a2_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
-	args := []any{sessions, expected, epochs, work, counts, ids, types, causes, payloads, now, s.tag}
+	const query = `SELECT status, last, epoch FROM a2_append_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+	args := []any{sessions, expected, epochs, work, counts, batches, ids, types, causes, payloads, now, s.tag}
 	ctx := context.Background()
 	if s.hook == nil {
 		rows, err := s.pool.Query(ctx, query, args...)
@@ -289,7 +291,7 @@ func collectGroup(rows pgx.Rows, n int) ([]groupRow, error) {
 		return nil, err
 	}
 	if len(out) != n {
-		return nil, fmt.Errorf("a2_append answered %d rows for %d batches", len(out), n)
+		return nil, fmt.Errorf("a2_append_group answered %d rows for %d batches", len(out), n)
 	}
 	return out, nil
 }
@@ -326,7 +328,7 @@ func describeFailure(p *pendingAppend, err error) error {
 	return fmt.Errorf("persistence/postgres: append to session %q at indexes %d..%d (nothing written): %w", p.session, p.expected+1, last, err)
 }
 
-// answer completes one append from its row of a2_append.
+// answer completes one append from its row of a2_append_group.
 func (s *Store) answer(p *pendingAppend, r groupRow) {
 	switch r.status {
 	case statusWritten:
@@ -342,7 +344,7 @@ func (s *Store) answer(p *pendingAppend, r groupRow) {
 	case statusStored:
 		p.done(s.resubmission(p))
 	default:
-		p.done(nil, fmt.Errorf("persistence/postgres: append to session %q: a2_append answered status %d", p.session, r.status))
+		p.done(nil, fmt.Errorf("persistence/postgres: append to session %q: a2_append_group answered status %d", p.session, r.status))
 	}
 }
 
@@ -368,7 +370,7 @@ func (s *Store) resubmission(p *pendingAppend) ([]protocol.Event, error) {
 	}
 	out, err := persistence.Resubmission(p.batch, stored)
 	if err == nil && out == nil {
-		// a2_append saw a stored ID that a lookup a moment later does not:
+		// a2_append_group saw a stored ID that a lookup a moment later does not:
 		// impossible while events are never deleted once committed.
 		return nil, fmt.Errorf("persistence/postgres: append to session %q: an event ID was reported stored and then not found (nothing written)", p.session)
 	}

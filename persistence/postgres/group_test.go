@@ -67,7 +67,6 @@ func TestGroupAnswersEachBatchAlone(t *testing.T) {
 		pending(t, results, "new", "n1", 0, persistence.AppendOptions{}, ev("n1-1"), ev("n1-2")),
 		pending(t, results, "conflict", "a", 0, persistence.AppendOptions{}, ev("a-x")),
 		pending(t, results, "replay", "a", 7, persistence.AppendOptions{}, ev("a-1")),
-		pending(t, results, "reuse", "c", 0, persistence.AppendOptions{}, ev("c-1"), ev("d-1")),
 		pending(t, results, "stale-epoch", "leased", 0, persistence.AppendOptions{Epoch: lease.Epoch + 1}, ev("l-stale")),
 		pending(t, results, "fenced", "leased", 0, persistence.AppendOptions{Epoch: lease.Epoch}, ev("l-1")),
 		pending(t, results, "work", "w1", 0, persistence.AppendOptions{Work: &work}, ev("w1-1")),
@@ -96,7 +95,6 @@ func TestGroupAnswersEachBatchAlone(t *testing.T) {
 	wantWritten("fenced", 1, 1)
 	wantWritten("work", 1, 1)
 	wantErr("conflict", persistence.ErrIndexConflict)
-	wantErr("reuse", persistence.ErrPartialDuplicateBatch)
 	wantErr("stale-epoch", persistence.ErrLeaseLost)
 	if r := results["replay"]; r.err != nil || len(r.events) != 1 || r.events[0].Index != 1 || r.events[0].Time != stored[0].Time {
 		t.Fatalf("the identical resubmission = %v, %v; want the stored event %v", r.events, r.err, stored)
@@ -116,6 +114,28 @@ func TestGroupAnswersEachBatchAlone(t *testing.T) {
 	}
 	if has, err := s.HasWork(ctx, "w1"); err != nil || !has {
 		t.Fatalf("HasWork(w1) = %v, %v; want the mark written with the batch", has, err)
+	}
+
+	// A batch at its session's index that reuses a stored ID beside one
+	// that is new: the statement cannot tell which batch's rows collided,
+	// so the group writes nothing and each batch is written alone (one
+	// statement for the group, then one per batch).
+	results = map[string]*groupResult{}
+	group = []*pendingAppend{
+		pending(t, results, "reuse", "c", 0, persistence.AppendOptions{}, ev("c-1"), ev("d-1")),
+		pending(t, results, "beside", "e", 0, persistence.AppendOptions{}, ev("e-1")),
+	}
+	before = s.commit.statements.Load()
+	s.runGroup(group)
+	if n := s.commit.statements.Load() - before; n != 3 {
+		t.Fatalf("the group with a reused ID took %d statements, want 3 (the group, then each batch alone)", n)
+	}
+	wantErr("reuse", persistence.ErrPartialDuplicateBatch)
+	wantWritten("beside", 1, 1)
+	for session, want := range map[string]uint64{"c": 0, "e": 1} {
+		if last, err := s.LastIndex(ctx, session); err != nil || last != want {
+			t.Fatalf("LastIndex(%s) = %d, %v; want %d", session, last, err, want)
+		}
 	}
 
 	// A batch the statement cannot write at all (an ID past the index's

@@ -15,11 +15,11 @@
 //
 // Appends commit in groups (group.go): the appends of many sessions that
 // arrive while a group is in flight are written by the next one, one
-// statement (the function a2_append, migration 4), so one round trip, one
-// transaction and one WAL flush for all of them. Per batch, the function
-// locks the session's row (concurrent appends to one session queue on that
-// row lock), compares the expected index and the ownership epoch, and
-// inserts the events with ON CONFLICT (id) DO NOTHING: a batch one of whose
+// statement (the function a2_append_group, migration 6), so one round trip,
+// one transaction and one WAL flush for all of them. The function locks
+// the group's session rows (concurrent appends to one session queue on
+// that row lock), compares each batch's expected index and ownership
+// epoch, and inserts the events with ON CONFLICT (id) DO NOTHING: a batch one of whose
 // IDs is stored writes nothing, and its IDs are then looked up and
 // classified with persistence.Resubmission, exactly like the Pebble store
 // (a resubmission replays whatever the index). Each batch gets its own
@@ -124,7 +124,7 @@ type Options struct {
 	// Now is the clock that stamps appended events; nil means time.Now.
 	Now func() time.Time
 	// BeforeCommit is a test hook: if set, every group runs in a
-	// transaction of its own (BEGIN, a2_append, COMMIT, instead of the one
+	// transaction of its own (BEGIN, a2_append_group, COMMIT, instead of the one
 	// statement) and the hook is called, once per append of the group,
 	// after the rows are written and before COMMIT, with the backend
 	// process ID of the transaction's connection. An error aborts the group
@@ -319,8 +319,9 @@ func (s *Store) Append(ctx context.Context, session string, expected uint64, eve
 // retryable reports whether a group failed on a race that a new
 // statement resolves: a deadlock between two groups or a serialization
 // failure (CockroachDB's restart). Unique violations on event IDs do not
-// happen: a2_append inserts with ON CONFLICT DO NOTHING and answers the
-// batch as one with stored IDs.
+// happen: a2_append_group inserts with ON CONFLICT DO NOTHING and answers
+// a batch as one with stored IDs (a group of several batches fails as a
+// whole, SQLSTATE A2G01, and is written again one batch at a time).
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || errors.Is(err, persistence.ErrFailed) {
