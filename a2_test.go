@@ -20,6 +20,7 @@ import (
 
 	"github.com/a2-runtime/a2"
 	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/gateway"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -99,15 +100,69 @@ func TestServeSaysHowToChat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	logs, url := serveOnce(t, a2.Options{Listener: ln, Data: t.TempDir()}, agent)
+	if want := "go run ./cmd/node chat --url " + url + " --agent greeter"; !strings.Contains(logs.String(), want) {
+		t.Fatalf("Serve's logs lack %q:\n%s", want, logs.String())
+	}
+}
+
+// farAddr is a loopback listener that names a non-loopback address, as a
+// node listening on a private network would.
+type farAddr struct{ net.Listener }
+
+func (farAddr) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(10, 0, 0, 5), Port: 8080} }
+
+// A node whose HTTP API listens beyond loopback without an Authorize hook
+// says at start that anyone who reaches it can use every session; on
+// loopback, or with the hook, it does not.
+func TestServeWarnsOfAnOpenAPI(t *testing.T) {
+	agent, err := a2.NewAgent(actors.AgentOptions{Name: "greeter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const warning = "the HTTP API listens beyond loopback without authentication"
+	for _, tc := range []struct {
+		name      string
+		far, hook bool
+		warns     bool
+	}{
+		{"beyond loopback", true, false, true},
+		{"beyond loopback with Authorize", true, true, false},
+		{"on loopback", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ln net.Listener
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.far {
+				ln = farAddr{ln}
+			}
+			o := a2.Options{Listener: ln, Data: t.TempDir()}
+			if tc.hook {
+				o.Gateway.Authorize = func(context.Context, gateway.Operation) error { return nil }
+			}
+			logs, _ := serveOnce(t, o, agent)
+			if got := strings.Contains(logs.String(), warning); got != tc.warns {
+				t.Fatalf("warned: %v, want %v:\n%s", got, tc.warns, logs.String())
+			}
+		})
+	}
+}
+
+// serveOnce runs a2.Serve with o until it is ready, then ends it, and
+// returns what it logged and the URL it served.
+func serveOnce(t *testing.T, o a2.Options, agent *actors.Agent) (logs *syncBuffer, url string) {
+	t.Helper()
+	logs = &syncBuffer{}
+	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	ready := make(chan string, 1)
 	served := make(chan error, 1)
-	go func() {
-		served <- a2.Serve(ctx, a2.Options{Listener: ln, Data: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-			Ready: func(url string) { ready <- url }}, agent)
-	}()
-	var url string
+	o.Ready = func(url string) { ready <- url }
+	go func() { served <- a2.Serve(ctx, o, agent) }()
 	select {
 	case url = <-ready:
 	case err := <-served:
@@ -119,9 +174,7 @@ func TestServeSaysHowToChat(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatal(err)
 	}
-	if want := "go run ./cmd/node chat --url " + url + " --agent greeter"; !strings.Contains(logs.String(), want) {
-		t.Fatalf("Serve's logs lack %q:\n%s", want, logs.String())
-	}
+	return logs, url
 }
 
 // unlistable is a Pebble store that cannot list its sessions: the
@@ -292,6 +345,9 @@ func TestServeRefusesBadOptions(t *testing.T) {
 		{"no cluster name", a2.Options{Cluster: &a2.ClusterOptions{Role: "gateway", Bind: "127.0.0.1:0"}}, "needs the cluster's name"},
 		{"member without a shared store", a2.Options{Cluster: &a2.ClusterOptions{Name: "c", Role: "member", Bind: "127.0.0.1:0"}}, "a cluster member needs the cluster's shared store"},
 		{"store URL of another kind", a2.Options{StoreURL: "mysql://db/a2"}, "must be a postgres:// URL"},
+		{"a node beyond loopback without key or certificates", a2.Options{Cluster: &a2.ClusterOptions{Name: "c", Role: "gateway", Bind: "10.0.0.5:7946"}}, "not a loopback one"},
+		{"advertised beyond loopback with only the key", a2.Options{Cluster: &a2.ClusterOptions{Name: "c", Role: "gateway", Bind: "127.0.0.1:0", Advertise: "10.0.0.5:7946", KeyFile: "k"}}, "not a loopback one"},
+		{"part of the TLS files", a2.Options{Cluster: &a2.ClusterOptions{Name: "c", Role: "gateway", Bind: "127.0.0.1:0", CAFile: "ca.pem"}}, "needs all three"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")

@@ -92,6 +92,17 @@ type ClusterOptions struct {
 	// AllowLocalStore lets a member run on the embedded Pebble store: a
 	// member that is lost takes its sessions with it until it returns.
 	AllowLocalStore bool
+	// KeyFile is the cluster's gossip key file (cluster.ReadKeyFile):
+	// gossip encrypted and authenticated with a key every node holds.
+	KeyFile string
+	// CAFile, CertFile and CertKeyFile give mutual TLS on the actor port
+	// (cluster.LoadTLS): the cluster's CA, this node's certificate and
+	// its private key, all three or none.
+	CAFile, CertFile, CertKeyFile string
+	// Insecure lets a node whose gossip address is not a loopback one run
+	// without the key or the certificates; it warns at start. Without it
+	// such a node refuses to start (docs/security.md).
+	Insecure bool
 }
 
 // Serve serves agents over HTTP (docs/http.md) until ctx ends, then shuts
@@ -220,6 +231,10 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 		names[i] = a.Name()
 	}
 	logger.Info("serving", "url", base, "agents", strings.Join(names, ", "))
+	if !loopback(ln.Addr().String()) && o.Gateway.Authorize == nil {
+		logger.Warn("the HTTP API listens beyond loopback without authentication: any client that reaches " + ln.Addr().String() +
+			" can read and push to every session of every agent. Keep it on a private network or behind a proxy that authenticates (docs/security.md)")
+	}
 	for _, name := range names {
 		logger.Info("chat with " + name + " from a terminal, in the A2 repository: go run ./cmd/node chat --url " + base + " --agent " + name)
 	}
@@ -328,7 +343,40 @@ func (c *ClusterOptions) check(shared bool) error {
 	if c.Role == cluster.RoleMember && !shared && !c.AllowLocalStore {
 		return errors.New("a2.Serve: a cluster member needs the cluster's shared store (a postgres:// store URL, the same for every member), or AllowLocalStore")
 	}
+	if n := countSet(c.CAFile, c.CertFile, c.CertKeyFile); n != 0 && n != 3 {
+		return errors.New("a2.Serve: mutual TLS between nodes needs all three of the cluster's CA, this node's certificate and its key")
+	}
+	if !c.Insecure && (c.KeyFile == "" || c.CAFile == "") && !(loopback(c.Bind) && (c.Advertise == "" || loopback(c.Advertise))) {
+		return fmt.Errorf("a2.Serve: this node's gossip address (%s) is not a loopback one, and the cluster has no key or no certificates: "+
+			"any process that reaches its ports could join the cluster and read every session. Give it the cluster key file and its certificates "+
+			"(`node certs` makes a development set; docs/security.md), or accept the risk explicitly with the insecure option", cmp.Or(c.Advertise, c.Bind))
+	}
 	return nil
+}
+
+func countSet(ss ...string) int {
+	n := 0
+	for _, s := range ss {
+		if s != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// loopback reports whether host:port (or a bare host) names only this
+// machine: a loopback IP address or "localhost". An address of every
+// interface (0.0.0.0, ::) is not one.
+func loopback(addr string) bool {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // newClusterNode prepares the process's cluster side: a member names its
@@ -337,6 +385,29 @@ func newClusterNode(ctx context.Context, o Options, store persistence.Store, age
 	c := o.Cluster
 	ccfg := cluster.Config{Name: c.Name, Role: c.Role, Bind: c.Bind, Advertise: c.Advertise, Join: c.Join,
 		Agents: agents, Logger: logger, LeaseTTL: c.LeaseTTL}
+	if c.KeyFile != "" {
+		keys, err := cluster.ReadKeyFile(c.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		ccfg.Keys = keys
+	}
+	if c.CAFile != "" {
+		t, err := cluster.LoadTLS(c.CAFile, c.CertFile, c.CertKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		ccfg.TLS = t
+	}
+	switch {
+	case ccfg.Keys == nil && ccfg.TLS == nil && c.Insecure:
+		logger.Warn("INSECURE: this cluster node runs without a gossip key and without certificates (the insecure option): " +
+			"any process that reaches its gossip or actor port can join the cluster, read every session and send its nodes messages (docs/security.md)")
+	case ccfg.Keys == nil && c.Insecure:
+		logger.Warn("INSECURE: this cluster node runs without a gossip key (the insecure option): any process that reaches its gossip port can join the membership (docs/security.md)")
+	case ccfg.TLS == nil && c.Insecure:
+		logger.Warn("INSECURE: this cluster node runs without certificates (the insecure option): any process that reaches its actor port can send its actors messages (docs/security.md)")
+	}
 	if c.Role == cluster.RoleMember {
 		if o.StoreURL == "" && o.Store == nil {
 			logger.Warn("this member runs on its own embedded Pebble store: requests still route by session ID, " +

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"testing"
@@ -23,7 +24,7 @@ import (
 )
 
 // freeGossipAddr returns 127.0.0.1:p with p and p+1 free now.
-func freeGossipAddr(t *testing.T) string {
+func freeGossipAddr(t testing.TB) string {
 	t.Helper()
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -48,11 +49,30 @@ type memberSetup struct {
 	wrap   func(persistence.Store) persistence.Store // wraps the store for this member's runtime
 	bind   string                                    // gossip address (default: a free one)
 	join   []string
+	keys   [][]byte     // Config.Keys
+	tls    *TLS         // Config.TLS
+	logger *slog.Logger // Config.Logger
+}
+
+// scriptAgent is the agent "assistant" on the script model of this JSON.
+func scriptAgent(t testing.TB, scriptJSON string) *actors.Agent {
+	t.Helper()
+	sc, err := script.Parse([]byte(scriptJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := script.New(sc)
+	agent, err := actors.NewAgent(actors.AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
+		Models: func(string) (harness.Model, error) { return model, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent
 }
 
 // startTestMember starts a cluster member in this process: the script
 // model, the runtime placed by the node, over a Pebble store.
-func startTestMember(t *testing.T, m memberSetup) (*Node, *actors.Runtime) {
+func startTestMember(t testing.TB, m memberSetup) (*Node, *actors.Runtime) {
 	t.Helper()
 	if m.store == nil {
 		st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem()})
@@ -65,23 +85,15 @@ func startTestMember(t *testing.T, m memberSetup) (*Node, *actors.Runtime) {
 	if m.bind == "" {
 		m.bind = freeGossipAddr(t)
 	}
-	sc, err := script.Parse([]byte(m.script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := script.New(sc)
-	agent, err := actors.NewAgent(actors.AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"),
-		Models: func(string) (harness.Model, error) { return model, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := scriptAgent(t, m.script)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	id, err := StoreIdentity(ctx, m.store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(Config{Name: "unit", Role: RoleMember, Bind: m.bind, Join: m.join, StoreID: id, Agents: []*actors.Agent{agent}})
+	n, err := New(Config{Name: "unit", Role: RoleMember, Bind: m.bind, Join: m.join, StoreID: id, Agents: []*actors.Agent{agent},
+		Keys: m.keys, TLS: m.tls, Logger: m.logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,6 +201,22 @@ func (w memberlistLog) Write(b []byte) (int, error) {
 	if i := strings.IndexByte(line, ']'); strings.HasPrefix(line, "[") && i > 0 {
 		line = strings.TrimSpace(line[i+1:])
 	}
+	if keyRefusal(line) {
+		// A sender without the cluster's key (Config.Keys), or with
+		// another: say so in our words, with memberlist's line beside.
+		w.l.Warn("gossip: refused a message that no cluster key opens (a node without the cluster key, or with another, or a stranger)",
+			"component", "memberlist", "detail", line)
+		return len(b), nil
+	}
 	w.l.Log(context.Background(), level, line, "component", "memberlist")
 	return len(b), nil
+}
+
+// keyRefusal reports whether a memberlist log line is the refusal of a
+// message for its encryption: none of the keys opens it, or it is in
+// clear where keys are set, or encrypted where none is.
+func keyRefusal(line string) bool {
+	l := strings.ToLower(line)
+	return strings.Contains(l, "decrypt") || strings.Contains(l, "not encrypted") || strings.Contains(l, "encryption is configured") ||
+		strings.Contains(l, "encryption is not configured")
 }

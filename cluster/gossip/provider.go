@@ -121,6 +121,14 @@ type Config struct {
 	// dead node's address is tried (0 = 24 h); seeds are tried for as
 	// long as the provider runs.
 	RejoinFirst, RejoinMax, ReconnectTimeout time.Duration
+	// Keys, if any, encrypt and authenticate every gossip message
+	// (memberlist's keyring: AES-GCM with a key of 16, 24 or 32 bytes).
+	// The first key encrypts what this node sends; every key is tried on
+	// what it receives, so that a new key can be rolled out before it is
+	// used (docs/security.md, "Rotating the cluster key"). A message no key
+	// opens, or one in clear, is refused and logged. Empty: gossip in
+	// clear, which only a cluster on one machine's loopback should run.
+	Keys [][]byte
 	// OnChange, if set, is called with every accepted alive node (self
 	// included, sorted by ID) whenever that set or any node's metadata
 	// changed: it is checked after each join, leave, update or failure
@@ -357,6 +365,14 @@ func (p *Provider) start(ctx context.Context) (*memberlist.Memberlist, []byte, e
 	// member decodes a compressed message whatever its own setting, so
 	// nodes of either setting mix.
 	mc.EnableCompression = false
+	if len(cfg.Keys) > 0 {
+		kr, err := memberlist.NewKeyring(cfg.Keys, cfg.Keys[0])
+		if err != nil {
+			return nil, nil, fmt.Errorf("gossip: the cluster key: %w", err)
+		}
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
 	mc.Delegate = delegate{p}
 	mc.Events = events{p}
 	mc.Alive = alive{p}

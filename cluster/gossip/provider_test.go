@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,6 +78,7 @@ type nodeOpts struct {
 	port                         int  // protoactor port in Meta (0: a made-up one)
 	noPort                       bool // Meta.Port 0
 	id                           string
+	keys                         [][]byte // Config.Keys
 }
 
 var idSeq atomic.Int64
@@ -108,6 +110,7 @@ func newNode(t *testing.T, o nodeOpts) *node {
 		Join:          o.join,
 		JoinTimeout:   o.joinTimeout,
 		ProbeInterval: o.probeInterval,
+		Keys:          o.keys,
 		Meta: Meta{
 			ID: id, Host: "127.0.0.1", Port: o.port, Kinds: o.kinds,
 			Cluster: o.cluster, Store: o.store, Role: o.role, Status: o.status,
@@ -304,6 +307,42 @@ func TestJoinWhereNothingAnswers(t *testing.T) {
 	err = m.p.Start(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), addr) || time.Since(start) > 3*time.Second {
 		t.Fatalf("Start with a 300ms ctx: %v after %s", err, time.Since(start))
+	}
+}
+
+// With Config.Keys the cluster admits only nodes that hold one of its
+// keys: a node without a key, or with another, cannot join and is logged
+// as refused. A rotation: every node holds the old key and the new one
+// (the old first), then a node encrypts with the new one, and all see each
+// other throughout.
+func TestGossipKeysAdmitOnlyKeyHolders(t *testing.T) {
+	key := func(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+	a := startNode(t, nodeOpts{keys: [][]byte{key(1), key(3)}})
+	for name, keys := range map[string][][]byte{"no key": nil, "another key": {key(2)}} {
+		stranger := newNode(t, nodeOpts{join: []string{a.p.LocalAddr()}, joinTimeout: 700 * time.Millisecond, keys: keys})
+		if err := stranger.p.Start(context.Background()); err == nil {
+			t.Fatalf("%s: joined a keyed cluster", name)
+		}
+		if a.rec.everSaw(stranger.id) {
+			t.Fatalf("%s: the keyed node saw the stranger %s", name, stranger.id)
+		}
+	}
+	waitFor(t, 5*time.Second, "the keyed node logs the refusal", func() bool {
+		return strings.Contains(a.logs.String(), "refused a message that no cluster key opens")
+	})
+
+	// Rotation: a and b hold the old key first and the new one second; c
+	// encrypts with the new one and still opens the old.
+	b := startNode(t, nodeOpts{join: []string{a.p.LocalAddr()}, keys: [][]byte{key(1), key(3)}})
+	c := startNode(t, nodeOpts{join: []string{b.p.LocalAddr()}, keys: [][]byte{key(3), key(1)}})
+	waitFor(t, 5*time.Second, "the three keyed nodes see each other", func() bool {
+		return slices.Equal(ids(a.rec.last()), sortedIDs(a, b, c)) && slices.Equal(ids(c.rec.last()), sortedIDs(a, b, c))
+	})
+
+	// A key of a length AES does not take is refused at Start.
+	bad := newNode(t, nodeOpts{keys: [][]byte{[]byte("short")}})
+	if err := bad.p.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "cluster key") {
+		t.Fatalf("Start with a 5-byte key: %v", err)
 	}
 }
 

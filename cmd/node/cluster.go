@@ -20,6 +20,10 @@ type clusterFlags struct {
 	join       string
 	allowLocal bool
 	leaseTTL   time.Duration
+	// keyFile, ca, cert and certKey admit only the cluster's nodes
+	// (docs/security.md); insecure lets a node beyond loopback run without.
+	keyFile, ca, cert, certKey string
+	insecure                   bool
 }
 
 const roleSingle = "single"
@@ -36,6 +40,12 @@ func (c *clusterFlags) register(fs *flag.FlagSet, env func(name, def string) str
 	}
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", ttl, "how long a member's lease lasts from its last renewal (renewed every quarter of it): the longest a dead member keeps its sessions from the survivors, and how long a member that cannot reach the store keeps serving (A2_LEASE_TTL)")
 	allow := env("A2_ALLOW_LOCAL_STORE", "") == "1" || strings.EqualFold(env("A2_ALLOW_LOCAL_STORE", ""), "true")
+	fs.StringVar(&c.keyFile, "cluster-key-file", env("A2_CLUSTER_KEY_FILE", ""), "file of the cluster's gossip keys (base64, one per line, the first encrypts): gossip encrypted and authenticated; `node certs` makes one (A2_CLUSTER_KEY_FILE)")
+	fs.StringVar(&c.ca, "cluster-ca", env("A2_CLUSTER_CA", ""), "PEM file of the cluster's CA: the actor port admits only nodes whose certificate it signed (A2_CLUSTER_CA)")
+	fs.StringVar(&c.cert, "cluster-cert", env("A2_CLUSTER_CERT", ""), "PEM file of this node's certificate, signed by --cluster-ca (A2_CLUSTER_CERT)")
+	fs.StringVar(&c.certKey, "cluster-cert-key", env("A2_CLUSTER_CERT_KEY", ""), "PEM file of the private key of --cluster-cert (A2_CLUSTER_CERT_KEY)")
+	insecure := env("A2_INSECURE_CLUSTER", "") == "1" || strings.EqualFold(env("A2_INSECURE_CLUSTER", ""), "true")
+	fs.BoolVar(&c.insecure, "insecure-cluster", insecure, "let a cluster node whose gossip address is not a loopback one run without --cluster-key-file or the certificates; it warns at start (A2_INSECURE_CLUSTER)")
 	fs.BoolVar(&c.allowLocal, "allow-local-store", allow, "let a member run on the embedded Pebble store in --data: a member that is lost takes its sessions with it until it returns (A2_ALLOW_LOCAL_STORE)")
 }
 
@@ -69,6 +79,20 @@ func (c *clusterFlags) check(shared bool) error {
 			return fmt.Errorf("--join lists host:port addresses; %q is not one", addr)
 		}
 	}
+	set := 0
+	for _, f := range []string{c.ca, c.cert, c.certKey} {
+		if f != "" {
+			set++
+		}
+	}
+	if set != 0 && set != 3 {
+		return errors.New("mutual TLS between nodes needs all three of --cluster-ca, --cluster-cert and --cluster-cert-key")
+	}
+	if beyond := nonLoopback(c.bind, c.advertise); beyond != "" && !c.insecure && (c.keyFile == "" || c.ca == "") {
+		return fmt.Errorf("--bind/--advertise %s is not a loopback address, and the cluster has no key or no certificates: any process that reaches "+
+			"its ports could join the cluster and read every session. Give every node --cluster-key-file, --cluster-ca, --cluster-cert and "+
+			"--cluster-cert-key (`go run ./cmd/node certs -dir certs NAME...` makes a development set; docs/security.md), or --insecure-cluster to run without them", beyond)
+	}
 	if c.role == cluster.RoleMember && !shared && !c.allowLocal {
 		return errors.New("a cluster member needs the cluster's shared store: --store postgres://... (A2_STORE), the same for every member. " +
 			"--allow-local-store runs a member on the embedded Pebble store in --data instead; its sessions then wait for it whenever it is down")
@@ -93,4 +117,26 @@ func (c *clusterFlags) describe(where string) string {
 		return fmt.Sprintf("none: gateway of cluster %q (gossip %s), routing to its members", c.name, c.bind)
 	}
 	return fmt.Sprintf("%s; member of cluster %q (gossip %s, remote on the next port)", where, c.name, c.bind)
+}
+
+// nonLoopback returns the first of the addresses (host:port, empty ones
+// skipped) whose host is not a loopback IP address or "localhost"; "" if
+// none. An address of every interface (0.0.0.0, ::) is not loopback.
+func nonLoopback(addrs ...string) string {
+	for _, a := range addrs {
+		if a == "" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			host = a
+		}
+		if strings.EqualFold(host, "localhost") {
+			continue
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return a
+		}
+	}
+	return ""
 }

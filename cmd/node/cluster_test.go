@@ -32,7 +32,8 @@ import (
 // ID, a turn streamed through the gateway, fifty sessions spread over the
 // members, a graceful leave under traffic with no failed request (and a
 // live stream that follows its session to the new owner), a join, and a
-// gateway restart that clients resume with Last-Event-ID.
+// gateway restart that clients resume with Last-Event-ID. Every node runs
+// with the cluster's gossip key and a certificate of its CA (`node certs`).
 func TestClusterOfProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -41,6 +42,17 @@ func TestClusterOfProcesses(t *testing.T) {
 	script := `{"replies":[{"match":"long","text":"` + longAnswer + `","delayMs":40}],"default":{"text":"` + clusterAnswer + `","delayMs":5}}`
 	if err := os.WriteFile(scriptFile, []byte(script), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	// Every node admits only the cluster's own (docs/security.md): the
+	// gossip key and a certificate of the cluster's CA, as `node certs`
+	// makes them.
+	certDir := t.TempDir()
+	secure := func(name string) []string {
+		if err := runCerts([]string{"-dir", certDir, "-valid", "1h", name}, io.Discard, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		return []string{"--cluster-key-file", filepath.Join(certDir, "cluster.key"), "--cluster-ca", filepath.Join(certDir, "ca.pem"),
+			"--cluster-cert", filepath.Join(certDir, name+".pem"), "--cluster-cert-key", filepath.Join(certDir, name+"-key.pem")}
 	}
 	member := func(name string, join ...*clusterProc) *clusterProc {
 		var addrs []string
@@ -53,6 +65,7 @@ func TestClusterOfProcesses(t *testing.T) {
 		for attempt := 1; ; attempt++ {
 			args := []string{"--role", "member", "--cluster", "test", "--bind", "127.0.0.1:" + strconv.Itoa(freePortPair(t)),
 				"--store", store, "--script", scriptFile}
+			args = append(args, secure(name)...)
 			if name == "m5" || name == "m6" {
 				args = append(args, "--lease-ttl", "1s")
 			}
@@ -75,8 +88,8 @@ func TestClusterOfProcesses(t *testing.T) {
 	gatewayBind := "127.0.0.1:" + strconv.Itoa(freePortPair(t))
 	gatewayHTTP := freePort(t)
 	startGateway := func() *clusterProc {
-		return startClusterProc(t, "gateway", gatewayHTTP, "--role", "gateway", "--cluster", "test", "--bind", gatewayBind,
-			"--join", m1.gossip+","+m2.gossip)
+		return startClusterProc(t, "gateway", gatewayHTTP, append([]string{"--role", "gateway", "--cluster", "test", "--bind", gatewayBind,
+			"--join", m1.gossip + "," + m2.gossip}, secure("gateway")...)...)
 	}
 	gw := startGateway()
 	members := []*clusterProc{m1, m2, m3}
@@ -93,8 +106,8 @@ func TestClusterOfProcesses(t *testing.T) {
 			{"other-store", "test", other, "store"},
 			{"other-name", "elsewhere", store, "cluster"},
 		} {
-			log := runUntilExit(t, c.name, "--role", "member", "--cluster", c.cluster, "--bind", "127.0.0.1:"+strconv.Itoa(freePortPair(t)),
-				"--store", c.store, "--script", scriptFile, "--join", m1.gossip)
+			log := runUntilExit(t, c.name, append([]string{"--role", "member", "--cluster", c.cluster, "--bind", "127.0.0.1:" + strconv.Itoa(freePortPair(t)),
+				"--store", c.store, "--script", scriptFile, "--join", m1.gossip}, secure(c.name)...)...)
 			if !strings.Contains(log, "refused") || !strings.Contains(log, c.want) {
 				t.Errorf("%s: the node's last words do not say it was refused for its %s:\n%s", c.name, c.want, tail(log, 10))
 			}
@@ -643,39 +656,6 @@ func TestClusterOfProcesses(t *testing.T) {
 		for _, p := range []*clusterProc{m1, m2, m3, gw} {
 			b, _ := os.ReadFile(p.log)
 			t.Logf("--- %s ---\n%s", p.name, b)
-		}
-	}
-}
-
-// Bad cluster flags are refused before anything starts, each with a
-// message that says what to do.
-func TestClusterFlagsRefuseBadInput(t *testing.T) {
-	cases := []struct {
-		args []string
-		want string // in the error; "" accepts
-	}{
-		{[]string{"--role", "banana"}, "--role must be single, member or gateway"},
-		{[]string{"--role", "member"}, "--cluster NAME"},
-		{[]string{"--role", "gateway"}, "--cluster NAME"},
-		{[]string{"--role", "member", "--cluster", "c"}, "--allow-local-store"},
-		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store", "--bind", "nope"}, "--bind must be host:port"},
-		{[]string{"--role", "gateway", "--cluster", "c", "--advertise", "nope"}, "--advertise must be host:port"},
-		{[]string{"--role", "gateway", "--cluster", "c", "--join", "127.0.0.1:7946,nope"}, `"nope" is not one`},
-		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store", "--lease-ttl", "10ms"}, "--lease-ttl"},
-		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store", "--lease-ttl", "banana"}, "invalid value"},
-		{[]string{"--role", "member", "--cluster", "c", "--allow-local-store"}, ""},
-		{[]string{"--role", "member", "--cluster", "c", "--store", "postgres://x/y"}, ""},
-		{[]string{"--role", "gateway", "--cluster", "c", "--join", "127.0.0.1:7946"}, ""},
-		{[]string{"--role", "single"}, ""},
-		{nil, ""},
-	}
-	for _, c := range cases {
-		_, err := parseServeFlags(c.args, func(string) string { return "" }, io.Discard)
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%q: %v", c.args, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%q: %v, want an error with %q", c.args, err, c.want)
 		}
 	}
 }

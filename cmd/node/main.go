@@ -75,8 +75,8 @@ func main() {
 // nodeGC is what main set of the collector's settings, shown at start.
 var nodeGC gctune.Settings
 
-// runCommand runs the subcommand named by args: serve (the default), chat
-// or demo.
+// runCommand runs the subcommand named by args: serve (the default), chat,
+// demo or certs.
 func runCommand(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	cmd := ""
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -96,6 +96,8 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return serve(ctx, cfg, ln, stdout)
 	case "chat":
 		return runChat(ctx, args, getenv, stdin, stdout, stderr)
+	case "certs":
+		return runCerts(args, stdout, stderr)
 	case "demo":
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		fs.SetOutput(stderr)
@@ -105,7 +107,7 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		}
 		return runDemonstration(*quiet)
 	}
-	return fmt.Errorf("unknown command %q: use serve (the default), chat or demo", cmd)
+	return fmt.Errorf("unknown command %q: use serve (the default), chat, demo or certs", cmd)
 }
 
 // config is the configuration of a serving node.
@@ -257,7 +259,8 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	}
 	if c := cfg.cluster; c.role == cluster.RoleMember || c.role == cluster.RoleGateway {
 		o.Cluster = &a2.ClusterOptions{Name: c.name, Role: c.role, Bind: c.bind, Advertise: c.advertise, Join: c.joinList(),
-			LeaseTTL: c.leaseTTL, AllowLocalStore: c.allowLocal}
+			LeaseTTL: c.leaseTTL, AllowLocalStore: c.allowLocal,
+			KeyFile: c.keyFile, CAFile: c.ca, CertFile: c.cert, CertKeyFile: c.certKey, Insecure: c.insecure}
 	}
 	return a2.Serve(ctx, o, agents...)
 }
