@@ -47,13 +47,7 @@ func TestClusterOfProcesses(t *testing.T) {
 	// gossip key and a certificate of the cluster's CA, as `node certs`
 	// makes them.
 	certDir := t.TempDir()
-	secure := func(name string) []string {
-		if err := runCerts([]string{"-dir", certDir, "-valid", "1h", name}, io.Discard, io.Discard); err != nil {
-			t.Fatal(err)
-		}
-		return []string{"--cluster-key-file", filepath.Join(certDir, "cluster.key"), "--cluster-ca", filepath.Join(certDir, "ca.pem"),
-			"--cluster-cert", filepath.Join(certDir, name+".pem"), "--cluster-cert-key", filepath.Join(certDir, name+"-key.pem")}
-	}
+	secure := func(name string) []string { return securityFlags(t, certDir, name) }
 	member := func(name string, join ...*clusterProc) *clusterProc {
 		var addrs []string
 		for _, j := range join {

@@ -418,3 +418,15 @@ func noDoubleWriters(t *testing.T, procs []*clusterProc) {
 		}
 	}
 }
+
+// securityFlags are the flags that admit a node named name to the cluster
+// whose CA and gossip key are in dir (made there by `node certs` at the
+// first call, kept after): docs/security.md.
+func securityFlags(t testing.TB, dir, name string) []string {
+	t.Helper()
+	if err := runCerts([]string{"-dir", dir, "-valid", "1h", name}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--cluster-key-file", filepath.Join(dir, "cluster.key"), "--cluster-ca", filepath.Join(dir, "ca.pem"),
+		"--cluster-cert", filepath.Join(dir, name+".pem"), "--cluster-cert-key", filepath.Join(dir, name+"-key.pem")}
+}

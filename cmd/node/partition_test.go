@@ -340,12 +340,17 @@ func TestPartitionOfProcesses(t *testing.T) {
 	if err := os.WriteFile(scriptFile, []byte(script), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	member := []string{"--role", "member", "--cluster", "part", "--store", store, "--script", scriptFile}
+	// The nodes listen on their namespaces' addresses, not loopback: each
+	// gets the cluster's key and a certificate of its CA (docs/security.md).
+	certDir := t.TempDir()
+	member := func(name string, more ...string) []string {
+		return append(append([]string{"--role", "member", "--cluster", "part", "--store", store, "--script", scriptFile}, more...), securityFlags(t, certDir, name)...)
+	}
 	c := &partitionCluster{t: t, turns: map[string]int{}}
-	c.m1 = lab.start("m1", member...)
-	c.m2 = lab.start("m2", append(member, "--join", c.m1.gossip)...)
-	c.m3 = lab.start("m3", append(member, "--join", c.m1.gossip+","+c.m2.gossip)...)
-	c.gw = lab.start("gw", "--role", "gateway", "--cluster", "part", "--join", c.m1.gossip+","+c.m2.gossip)
+	c.m1 = lab.start("m1", member("m1")...)
+	c.m2 = lab.start("m2", member("m2", "--join", c.m1.gossip)...)
+	c.m3 = lab.start("m3", member("m3", "--join", c.m1.gossip+","+c.m2.gossip)...)
+	c.gw = lab.start("gw", append([]string{"--role", "gateway", "--cluster", "part", "--join", c.m1.gossip + "," + c.m2.gossip}, securityFlags(t, certDir, "gw")...)...)
 	c.members = []*clusterProc{c.m1, c.m2, c.m3}
 	c.procs = []*clusterProc{c.m1, c.m2, c.m3, c.gw}
 	c.waitWhole(time.Now(), 20*time.Second)
