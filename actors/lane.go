@@ -251,7 +251,7 @@ func (s *sessionActor) onLane(m any) {
 		if l := s.lanes[m.gen]; l != nil {
 			ev := protocol.Event{ID: protocol.DeriveID("started", s.id, m.gen), Type: protocol.TypeGenerationStarted,
 				Payload: mustJSON(protocol.GenerationStarted{GenerationID: m.gen, RequestID: l.request, Attempt: l.attempt, Model: m.model})}
-			l.startedEv, l.startedAt = &ev, time.Now()
+			l.startedEv, l.startedAt = &ev, s.rt.clock.Now()
 			if req := s.metadataRequest(m.model); req != nil && m.limits {
 				l.pre = append(l.pre, *req) // in the start write (R-META-01)
 			}
@@ -272,7 +272,7 @@ func (s *sessionActor) onLane(m any) {
 				if protocol.IsBoundaryChunk(c) {
 					l.boundary = true
 					if c.Type == protocol.ChunkFinish && l.finishedAt.IsZero() {
-						l.finishedAt = time.Now()
+						l.finishedAt = s.rt.clock.Now()
 					}
 				}
 			}

@@ -129,12 +129,15 @@ type Runtime struct {
 
 	// member is the member's lease (lease.go; nil when leases are off).
 	member *memberLease
+
+	// clock times the sessions' write batching (clock.go).
+	clock clock
 }
 
 // New starts a runtime.
 func New(store persistence.Store, agents []*Agent, opts Options) (*Runtime, error) {
 	opts = opts.withDefaults()
-	r := &Runtime{store: store, agents: map[string]*Agent{}, opts: opts, sessions: map[string]*actor.PID{}, failures: map[string]int{}, handlerRests: map[string]int{},
+	r := &Runtime{store: store, agents: map[string]*Agent{}, opts: opts, sessions: map[string]*actor.PID{}, failures: map[string]int{}, handlerRests: map[string]int{}, clock: systemClock{},
 		dispatcher: newReuseDispatcher(mailboxThroughput)}
 	for _, a := range agents {
 		if _, dup := r.agents[a.Name()]; dup {

@@ -129,7 +129,9 @@ func (s *sessionActor) tryFlush() {
 	if s.writing || s.stopping {
 		return
 	}
-	v := decideFlush(s.flushInput(time.Now()))
+	clk := s.rt.clock
+	now := clk.Now()
+	v := decideFlush(s.flushInput(now))
 	if !v.write {
 		self, sys := s.self, s.rt.system
 		switch {
@@ -137,11 +139,11 @@ func (s *sessionActor) tryFlush() {
 		case v.tick:
 			if !s.tickPending {
 				s.tickPending = true
-				time.AfterFunc(time.Until(v.wake), func() { sys.Root.Send(self, &flushTick{}) })
+				clk.AfterFunc(v.wake.Sub(now), func() { sys.Root.Send(self, &flushTick{}) })
 			}
 		case !s.holdPending:
 			s.holdPending = true
-			time.AfterFunc(time.Until(v.wake), func() { sys.Root.Send(self, &holdTick{}) })
+			clk.AfterFunc(v.wake.Sub(now), func() { sys.Root.Send(self, &holdTick{}) })
 		}
 		return
 	}
@@ -295,7 +297,7 @@ func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
 
 func (s *sessionActor) onWriteDone(m *writeDone) {
 	s.writing = false
-	s.lastWrite = time.Now()
+	s.lastWrite = s.rt.clock.Now()
 	pushes := s.inflight
 	s.inflight = nil
 	if m.err != nil {
