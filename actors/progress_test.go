@@ -8,10 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/a2-runtime/a2/protocol"
 )
@@ -74,46 +72,6 @@ func TestProgressBatchingWithDelay(t *testing.T) {
 	eLong, cLong := count(60_000)
 	if cLong != c0 || eLong*10 > e0 {
 		t.Fatalf("maxDelayMs 60000: %d progress events for %d chunks, against %d with no delay", eLong, cLong, e0)
-	}
-}
-
-// R-PROGRESS-02 R-PROGRESS-03: a step's opening chunks are written as soon
-// as they arrive, before any content and however long the model takes to
-// its first token, even with a maxDelayMs far longer than the test waits:
-// start-step is a boundary chunk, and boundary chunks write sooner
-// (docs/protocol.md, OQ-33: holding content-less opening chunks was
-// considered and rejected).
-func TestOpeningChunksAreWrittenAtOnce(t *testing.T) {
-	for _, delay := range []int{0, 60_000} {
-		t.Run(fmt.Sprintf("maxDelayMs=%d", delay), func(t *testing.T) {
-			f := newFixture(t, `{"replies":[{"gate":"first-token"}]}`, func(a *AgentOptions) { a.Progress.MaxDelayMs = delay })
-			f.push("s1", protocol.Inputs.Text("m1", "go"))
-			// The model holds at the gate, having sent start and
-			// start-step only.
-			var opening []string
-			deadline := time.Now().Add(10 * time.Second)
-			for opening == nil {
-				for _, c := range f.progressChunks("s1") {
-					opening = append(opening, c.Type)
-				}
-				if opening == nil && time.Now().After(deadline) {
-					t.Fatal("the step's opening chunks were not written within 10 s while the model held")
-				}
-				time.Sleep(time.Millisecond)
-			}
-			if !slices.Equal(opening, []string{protocol.ChunkStart, protocol.ChunkStartStep}) {
-				t.Fatalf("written while the model held: %v, want [start start-step]", opening)
-			}
-			f.model.Release("first-token")
-			f.waitFor("s1", "done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
-			var all []string
-			for _, c := range f.progressChunks("s1") {
-				all = append(all, c.Type)
-			}
-			if want := []string{protocol.ChunkStart, protocol.ChunkStartStep, protocol.ChunkFinishStep, protocol.ChunkFinish}; !slices.Equal(all, want) {
-				t.Fatalf("the step's chunks: %v, want %v", all, want)
-			}
-		})
 	}
 }
 
