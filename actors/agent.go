@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2-runtime/a2/harness"
@@ -138,12 +139,23 @@ type AgentOptions struct {
 // Agent is a validated agent definition.
 type Agent struct {
 	opts     AgentOptions
-	tools    *tools.Set
 	contract *protocol.Contract
-	policy   protocol.Policy
-	work     protocol.WorkPolicy
 	progress protocol.ProgressOptions
+	// box is what the agent's tools decide, replaced whole by SetTools.
+	box atomic.Pointer[toolbox]
 }
+
+// toolbox is an agent's tools and the policies they shape: the report
+// tools (R-RECOVERY) of the step policy and of the work policy.
+type toolbox struct {
+	set    *tools.Set
+	policy protocol.Policy
+	work   protocol.WorkPolicy
+}
+
+// toolbox is the agent's current tools. A caller that reads it more than
+// once in one decision (a step, a command) reads it once.
+func (a *Agent) toolbox() *toolbox { return a.box.Load() }
 
 // NewAgent validates the options (R-GEN-*, R-CONTRACT-*): a wrong option is
 // a *protocol.ConfigError naming the option.
@@ -186,37 +198,70 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	if c, err = c.WithHandlers(names); err != nil {
 		return nil, err
 	}
-	set, err := tools.NewSet(o.Tools...)
+	if strings.ContainsAny(o.ToolLane, " \t\n") {
+		return nil, &protocol.ConfigError{Option: "toolLane", Message: "must be a name without spaces"}
+	}
+	a := &Agent{opts: o, contract: c, progress: o.Progress.WithDefaults()}
+	box, err := a.newToolbox(policy, o.Tools, true)
+	if err != nil {
+		return nil, err
+	}
+	a.box.Store(box)
+	return a, nil
+}
+
+// newToolbox validates a list of tools with the agent's recovery options;
+// strict (at NewAgent) refuses a ToolRecovery entry for a tool the list
+// does not have, which a later list (SetTools) may well not.
+func (a *Agent) newToolbox(policy protocol.Policy, list []tools.Tool, strict bool) (*toolbox, error) {
+	o := a.opts
+	set, err := tools.NewSet(list...)
 	if err != nil {
 		return nil, err
 	}
 	recovery := map[string]string{}
-	for _, t := range o.Tools {
+	for _, t := range list {
 		if t.Recovery != "" {
 			recovery[t.Name] = t.Recovery
 		}
 	}
 	for k, v := range o.ToolRecovery {
-		recovery[k] = v
+		if _, ok := set.Get(k); ok || strict {
+			recovery[k] = v
+		}
 	}
 	report, err := protocol.ValidateToolRecovery(recovery, set.Info())
 	if err != nil {
 		return nil, err
 	}
 	policy.ReportTools = report
-	if strings.ContainsAny(o.ToolLane, " \t\n") {
-		return nil, &protocol.ConfigError{Option: "toolLane", Message: "must be a name without spaces"}
-	}
-	return &Agent{
-		opts: o, contract: c, policy: policy, tools: set,
+	return &toolbox{set: set, policy: policy,
 		work: protocol.WorkPolicy{ToolLane: o.ToolLane, ReportTools: report,
 			// Model limits serve automatic compaction only, which a custom
 			// generate runs only when configured (R-GEN-30, R-META-07).
 			NoMetadata: !o.Harness.Compaction.Discovery() || o.Harness.CustomCompaction != nil ||
 				(o.Harness.Generate != nil && !o.Harness.compactionConfigured())},
-		progress: o.Progress.WithDefaults(),
 	}, nil
 }
+
+// SetTools replaces the agent's tools, as when an MCP server says its list
+// changed. Model steps that start afterwards offer the new list; a step
+// running keeps the list it started with; a call of a tool that is no
+// longer listed fails as a tool error, which the model sees. The list is
+// validated as AgentOptions.Tools is (with AgentOptions.ToolRecovery for
+// the tools it names); on an error the agent keeps its tools.
+func (a *Agent) SetTools(list []tools.Tool) error {
+	old := a.toolbox()
+	box, err := a.newToolbox(protocol.Policy{MaxSteps: old.policy.MaxSteps}, list, false)
+	if err != nil {
+		return err
+	}
+	a.box.Store(box)
+	return nil
+}
+
+// ToolNames lists the agent's current tools, sorted.
+func (a *Agent) ToolNames() []string { return a.toolbox().set.Names() }
 
 // Name is the agent's (contract's) name.
 func (a *Agent) Name() string { return a.contract.Name() }

@@ -275,7 +275,7 @@ func checkWorkIndex(st *pebblestore.Store, a *Agent) error {
 				return fmt.Errorf("the synced log of %s does not fold: %w", id, err)
 			}
 		}
-		work := resumable(protocol.Pending(a.work, state))
+		work := resumable(protocol.Pending(a.toolbox().work, state))
 		if in := slices.Contains(indexed, id); in != work {
 			return fmt.Errorf("session %s at index %d: pending work %v, in the work index %v", id, len(log), work, in)
 		}

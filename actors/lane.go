@@ -139,7 +139,7 @@ func (s *sessionActor) reconcile() {
 	// One slice for the work of every reconcile (one or more per write):
 	// reconcile runs from the actor's message handling only, never inside
 	// itself, and what it calls copies the items it keeps.
-	work := protocol.AppendPending(s.workBuf[:0], s.agent.work, s.state.AI)
+	work := protocol.AppendPending(s.workBuf[:0], s.agent.toolbox().work, s.state.AI)
 	s.workBuf = work
 	s.reconcileTools(work)
 	s.reconcileMetadata(work)
@@ -224,6 +224,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 	// that reads the whole state asks the actor: frontier.State).
 	snap := s.state.AI.StepCopy()
 	in := laneInput{
+		tools: s.agent.toolbox().set,
 		agent: s.agent, session: s.id, gen: gen,
 		request:  protocol.Event{ID: w.RequestID, Type: protocol.TypeGenerationRequested, Session: s.id},
 		response: w.ResponseMessageID,

@@ -20,12 +20,16 @@ import (
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
 )
 
 // laneInput is what a model step needs, captured when it starts: the
 // prompt boundary, so that a recovered step sees its original prompt.
 type laneInput struct {
-	agent    *Agent
+	agent *Agent
+	// tools are the agent's tools when the step started: the step offers
+	// and checks these, whatever SetTools does meanwhile.
+	tools    *tools.Set
 	session  string
 	gen      string
 	request  protocol.Event
@@ -126,8 +130,8 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	req := harness.Request{Model: settings.Model, System: instructions, Settings: gs,
 		Headers: harness.RequestHeaders(nil, gs), SessionID: in.session, GenerationID: in.gen}
-	for _, name := range in.agent.tools.Names() {
-		t, _ := in.agent.tools.Get(name)
+	for _, name := range in.tools.Names() {
+		t, _ := in.tools.Get(name)
 		schema := t.InputSchema
 		if len(schema) == 0 {
 			schema = json.RawMessage(`{"type":"object"}`)
@@ -368,12 +372,12 @@ func appendChecked(out []protocol.UIMessageChunk, in laneInput, gs harness.Gener
 	if c.Type != protocol.ChunkToolInputAvailable || (c.ProviderExec != nil && *c.ProviderExec) {
 		return append(out, c)
 	}
-	t, ok := in.agent.tools.Get(c.ToolName)
+	t, ok := in.tools.Get(c.ToolName)
 	if !ok {
 		return append(out, protocol.UIMessageChunk{Type: protocol.ChunkToolInputError, ToolCallID: c.ToolCallID, ToolName: c.ToolName,
 			Input: c.Input, ErrorText: "no tool named " + strconv.Quote(c.ToolName) + " is available"})
 	}
-	if err := in.agent.tools.Validate(c.ToolName, c.Input); err != nil {
+	if err := in.tools.Validate(c.ToolName, c.Input); err != nil {
 		return append(out, protocol.UIMessageChunk{Type: protocol.ChunkToolInputError, ToolCallID: c.ToolCallID, ToolName: c.ToolName,
 			Input: c.Input, ErrorText: err.Error()})
 	}

@@ -89,7 +89,7 @@ func (s *sessionActor) onMetadataDone(m *metadataDone) {
 // metadataRequest is the ai.model.metadata.requested event that the first
 // generation with a model writes in its start batch (R-META-01), or nil.
 func (s *sessionActor) metadataRequest(model string) *protocol.Event {
-	if model == "" || s.agent.work.NoMetadata || s.rt.opts.Catalog == nil {
+	if model == "" || s.agent.toolbox().work.NoMetadata || s.rt.opts.Catalog == nil {
 		// Without a catalog no lookup would ever answer: nothing is asked,
 		// and compaction waits for limits it cannot learn (R-COMPACT-23)
 		// unless the agent names a threshold.

@@ -353,7 +353,7 @@ func (s *sessionActor) load() error {
 // in) has pending work: the mark its next append writes in the store's
 // index of sessions with work (persistence.WorkIndexer).
 func (s *sessionActor) hasWork() bool {
-	s.markBuf = protocol.AppendPending(s.markBuf[:0], s.agent.work, s.state.AI)
+	s.markBuf = protocol.AppendPending(s.markBuf[:0], s.agent.toolbox().work, s.state.AI)
 	return resumable(s.markBuf)
 }
 

@@ -81,7 +81,7 @@ func (t *toolActor) Receive(c actor.Context) {
 	}
 }
 
-func (s *sessionActor) isReport(tool string) bool { return s.agent.work.ReportTools[tool] }
+func (s *sessionActor) isReport(tool string) bool { return s.agent.toolbox().work.ReportTools[tool] }
 
 // reconcileTools matches the running tool executions to the tool work
 // Pending names: it claims and starts calls, reruns lapsed claims of
@@ -192,7 +192,7 @@ func (s *sessionActor) claimsOfBatch(batch []protocol.Event) []protocol.Event {
 	var claims []protocol.Event
 	// workBuf is reconcile's too: both run from the actor's message
 	// handling, never one inside the other.
-	s.workBuf = protocol.AppendPending(s.workBuf[:0], s.agent.work, s.state.AI)
+	s.workBuf = protocol.AppendPending(s.workBuf[:0], s.agent.toolbox().work, s.state.AI)
 	for _, w := range s.workBuf {
 		if w.Kind == protocol.WorkTool && w.Attempt == 0 && s.toolRuns[w.ToolCallID] == nil {
 			claims = append(claims, s.claimEvent(w))
@@ -214,7 +214,7 @@ func (s *sessionActor) toolDone(call, gen string, version, attempt int, output j
 
 // execute starts a claimed attempt's child actor.
 func (s *sessionActor) execute(r *toolRun) {
-	t, ok := s.agent.tools.Get(r.tool)
+	t, ok := s.agent.toolbox().set.Get(r.tool)
 	r.executing = true
 	r.span, r.began = s.toolSpan(r), time.Now()
 	if !ok {

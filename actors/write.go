@@ -237,7 +237,7 @@ func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
 		}
 	}
 	step := func() error {
-		more, err := c.StepInPlace(s.agent.policy, s.state)
+		more, err := c.StepInPlace(s.agent.toolbox().policy, s.state)
 		if err != nil {
 			return err
 		}
@@ -260,7 +260,7 @@ func (s *sessionActor) assemble() ([]protocol.Event, []*pendingPush, error) {
 		for _, ev := range p.events {
 			ev.Session = s.id
 			if ev.Type == protocol.TypeControlRequested {
-				out, err := c.DecideInPlace(s.agent.policy, s.state, ev)
+				out, err := c.DecideInPlace(s.agent.toolbox().policy, s.state, ev)
 				if err != nil {
 					return nil, pushes, err
 				}

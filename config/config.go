@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -58,6 +59,7 @@ type Agent struct {
 	Instructions string     `yaml:"instructions"`
 	MaxSteps     int        `yaml:"maxSteps"`
 	StepTimeout  string     `yaml:"stepTimeout"`
+	Harness      string     `yaml:"harness"`
 	Tools        []Tool     `yaml:"tools"`
 	Progress     Progress   `yaml:"progress"`
 	Compaction   Compaction `yaml:"compaction"`
@@ -234,6 +236,9 @@ func Parse(name string, data []byte) (*File, error) {
 	for i, a := range f.Agents {
 		at := fmt.Sprintf("agents[%d]", i)
 		unique(seen, "agents", i, a.Name)
+		if a.Harness == "pi" {
+			ps = append(ps, f.problem(at+".harness", "the Pi harness is not in this build: leave harness out (or a2) for A2's own"))
+		}
 		if a.StepTimeout != "" {
 			if d, err := time.ParseDuration(a.StepTimeout); err != nil || d <= 0 {
 				ps = append(ps, f.problem(at+".stepTimeout", fmt.Sprintf("%q is not a positive duration (for example 90s or 2m)", a.StepTimeout)))
@@ -290,7 +295,10 @@ type Defaults struct {
 }
 
 // Build makes the file's agents, connecting to its MCP servers (each
-// server's tools are the ones it lists now). models serves their models
+// server's tools are the ones it lists, then and whenever it says its list
+// changed: the agents that use it get the new list, actors.Agent.SetTools;
+// a tool of an `only` list that the server no longer lists is logged and
+// left out). models serves their models
 // (the node's providers); builtins are the tools the file may name. stop
 // closes the servers' connections (and stops their commands): call it once
 // the agents are served no more.
@@ -306,7 +314,54 @@ func (f *File) Build(ctx context.Context, models actors.ModelProvider, defaults 
 		stop()
 		return nil, nil, err
 	}
+	f.watchTools(agents, defaults, builtins, conns)
 	return agents, stop, nil
+}
+
+// watchTools gives the agents of each MCP server the server's new tools
+// when it lists them again.
+func (f *File) watchTools(agents []*actors.Agent, defaults Defaults, builtins []tools.Tool, conns map[string]*mcptool.Conn) {
+	logger := defaults.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	known, names := builtinIndex(builtins)
+	for server, c := range conns {
+		var users []int
+		for i, a := range f.Agents {
+			if slices.ContainsFunc(a.Tools, func(t Tool) bool { return t.MCP == server }) {
+				users = append(users, i)
+			}
+		}
+		var mu sync.Mutex // one update of the server's agents at a time
+		c.OnToolsChanged(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, i := range users {
+				list, ps := f.agentTools(i, known, names, conns, defaults.Getenv)
+				for _, p := range ps {
+					logger.Warn("an agent's tools after its MCP server's list changed: "+p.Message, "agent", agents[i].Name(), "server", server, "at", fmt.Sprintf("%s:%d: %s", f.name, p.Line, p.Path))
+				}
+				if err := agents[i].SetTools(list); err != nil {
+					logger.Error("an agent keeps its tools: the new list is refused", "agent", agents[i].Name(), "server", server, "err", err)
+					continue
+				}
+				logger.Info("an agent's tools changed with its MCP server's", "agent", agents[i].Name(), "server", server, "tools", len(list))
+			}
+		})
+	}
+}
+
+// builtinIndex indexes the built-in tools by name, with their sorted names.
+func builtinIndex(builtins []tools.Tool) (map[string]tools.Tool, []string) {
+	known := make(map[string]tools.Tool, len(builtins))
+	names := make([]string, 0, len(builtins))
+	for _, t := range builtins {
+		known[t.Name] = t
+		names = append(names, t.Name)
+	}
+	slices.Sort(names)
+	return known, names
 }
 
 // connect connects to the file's MCP servers.
@@ -381,13 +436,7 @@ func (f *File) build(models actors.ModelProvider, defaults Defaults, builtins []
 // options are the options of the file's agents, in order, and the
 // problems of the tools they name.
 func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins []tools.Tool, conns map[string]*mcptool.Conn) ([]actors.AgentOptions, []Problem) {
-	known := make(map[string]tools.Tool, len(builtins))
-	names := make([]string, 0, len(builtins))
-	for _, t := range builtins {
-		known[t.Name] = t
-		names = append(names, t.Name)
-	}
-	slices.Sort(names)
+	known, names := builtinIndex(builtins)
 	var ps []Problem
 	out := make([]actors.AgentOptions, len(f.Agents))
 	for i, a := range f.Agents {
@@ -404,62 +453,9 @@ func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins 
 		if a.StepTimeout != "" {
 			o.Harness.StepTimeout, _ = time.ParseDuration(a.StepTimeout) // Parse checked it
 		}
-		for j, t := range a.Tools {
-			if t.MCP != "" {
-				c, ok := conns[t.MCP]
-				if !ok {
-					continue // its connection failed: a problem already
-				}
-				ts, err := c.Tools()
-				if err != nil {
-					ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].mcp", i, j), strings.TrimPrefix(err.Error(), "mcptool: ")))
-					continue
-				}
-				if len(t.Only) > 0 {
-					listed := map[string]tools.Tool{}
-					for _, tool := range ts {
-						listed[tool.Name] = tool
-					}
-					ts = ts[:0:0]
-					for k, name := range t.Only {
-						tool, ok := listed[name]
-						if !ok {
-							ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].only[%d]", i, j, k), fmt.Sprintf("the server %q lists no tool %q", t.MCP, name)))
-							continue
-						}
-						ts = append(ts, tool)
-					}
-				}
-				for _, tool := range ts {
-					if t.Recovery != "" {
-						tool.Recovery = t.Recovery
-					}
-					if t.Approval {
-						tool.NeedsApproval = func(json.RawMessage) bool { return true }
-					}
-					o.Tools = append(o.Tools, tool)
-				}
-				continue
-			}
-			if t.HTTP != nil {
-				tool, tps := f.httpTool(fmt.Sprintf("agents[%d].tools[%d]", i, j), t, defaults.Getenv)
-				ps = append(ps, tps...)
-				o.Tools = append(o.Tools, tool)
-				continue
-			}
-			tool, ok := known[t.Builtin]
-			if !ok {
-				ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].builtin", i, j), fmt.Sprintf("no built-in tool is named %q (the node has: %s)", t.Builtin, strings.Join(names, ", "))))
-				continue
-			}
-			if t.Recovery != "" {
-				tool.Recovery = t.Recovery
-			}
-			if t.Approval {
-				tool.NeedsApproval = func(json.RawMessage) bool { return true }
-			}
-			o.Tools = append(o.Tools, tool)
-		}
+		tools, tps := f.agentTools(i, known, names, conns, defaults.Getenv)
+		ps = append(ps, tps...)
+		o.Tools = tools
 		out[i] = o
 	}
 	if len(ps) > 0 {
@@ -597,4 +593,70 @@ func yamlError(err error) (int, string) {
 		}
 	}
 	return 0, msg
+}
+
+// agentTools are the tools of the file's agent i: built-ins, HTTP tools
+// and the tools its MCP servers list now (conns), with the problems of the
+// ones it names that do not exist.
+func (f *File) agentTools(i int, known map[string]tools.Tool, names []string, conns map[string]*mcptool.Conn, getenv func(string) string) ([]tools.Tool, []Problem) {
+	a := f.Agents[i]
+	var out []tools.Tool
+	var ps []Problem
+	for j, t := range a.Tools {
+		if t.MCP != "" {
+			c, ok := conns[t.MCP]
+			if !ok {
+				continue // its connection failed: a problem already
+			}
+			ts, err := c.Tools()
+			if err != nil {
+				ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].mcp", i, j), strings.TrimPrefix(err.Error(), "mcptool: ")))
+				continue
+			}
+			if len(t.Only) > 0 {
+				listed := map[string]tools.Tool{}
+				for _, tool := range ts {
+					listed[tool.Name] = tool
+				}
+				ts = ts[:0:0]
+				for k, name := range t.Only {
+					tool, ok := listed[name]
+					if !ok {
+						ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].only[%d]", i, j, k), fmt.Sprintf("the server %q lists no tool %q", t.MCP, name)))
+						continue
+					}
+					ts = append(ts, tool)
+				}
+			}
+			for _, tool := range ts {
+				if t.Recovery != "" {
+					tool.Recovery = t.Recovery
+				}
+				if t.Approval {
+					tool.NeedsApproval = func(json.RawMessage) bool { return true }
+				}
+				out = append(out, tool)
+			}
+			continue
+		}
+		if t.HTTP != nil {
+			tool, tps := f.httpTool(fmt.Sprintf("agents[%d].tools[%d]", i, j), t, getenv)
+			ps = append(ps, tps...)
+			out = append(out, tool)
+			continue
+		}
+		tool, ok := known[t.Builtin]
+		if !ok {
+			ps = append(ps, f.problem(fmt.Sprintf("agents[%d].tools[%d].builtin", i, j), fmt.Sprintf("no built-in tool is named %q (the node has: %s)", t.Builtin, strings.Join(names, ", "))))
+			continue
+		}
+		if t.Recovery != "" {
+			tool.Recovery = t.Recovery
+		}
+		if t.Approval {
+			tool.NeedsApproval = func(json.RawMessage) bool { return true }
+		}
+		out = append(out, tool)
+	}
+	return out, ps
 }

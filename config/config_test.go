@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/tools"
 )
 
@@ -130,6 +132,8 @@ func TestAFileWithProblemsIsRefused(t *testing.T) {
 		{"an MCP server with a command and a url", "mcpServers:\n  - name: files\n    command: mcp-files\n    url: http://127.0.0.1:1/mcp\nagents:\n  - name: a\n", []string{"agents.yaml:2: mcpServers[0]: an MCP server has a command (stdio) or a url"}},
 		{"two MCP servers of one name", "mcpServers:\n  - name: f\n    command: x\n  - name: f\n    command: y\nagents:\n  - name: a\n", []string{`agents.yaml:4: mcpServers[1].name: mcpServers[0] is named "f" already`}},
 		{"an MCP server's tools renamed", "mcpServers:\n  - name: f\n    command: x\nagents:\n  - name: a\n    tools:\n      - mcp: f\n        name: g\n", []string{"agents.yaml:7: agents[0].tools[0]: an MCP server's tools have their own names"}},
+		{"the Pi harness", "agents:\n  - name: a\n    harness: pi\n", []string{"agents.yaml:3: agents[0].harness: the Pi harness is not in this build"}},
+		{"a harness of another name", "agents:\n  - name: a\n    harness: langchain\n", []string{"agents.yaml:3: agents[0].harness: value must be one of 'a2', 'pi'"}},
 		{"a built-in tool given a name", "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n        name: calc\n", []string{"agents.yaml:4: agents[0].tools[0]: a built-in tool has its own name"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -228,5 +232,65 @@ func TestMCPToolsWithAPolicyEach(t *testing.T) {
 	_, _, err = f.Build(ctx, models(t), Defaults{Model: "demo"}, builtins)
 	if err == nil || !strings.Contains(err.Error(), `agents.yaml:11: agents[0].tools[1].only[0]: the server "math" lists no tool "div"`) {
 		t.Fatalf("a tool the server does not list: %v", err)
+	}
+}
+
+// When an MCP server's tool list changes, the agents that use it get the
+// new list: a tool added is offered (a server entry without `only`), a tool
+// removed is not, and an agent that names only some tools keeps just those
+// that are still listed, with the rest logged.
+func TestAgentsFollowTheirServersToolList(t *testing.T) {
+	type in struct{ A, B int }
+	srv := mcp.NewServer(&mcp.Implementation{Name: "math", Version: "1"}, nil)
+	for _, name := range []string{"add", "sub"} {
+		mcp.AddTool(srv, &mcp.Tool{Name: name}, func(context.Context, *mcp.CallToolRequest, in) (*mcp.CallToolResult, any, error) {
+			return nil, nil, nil
+		})
+	}
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	f, err := Parse("agents.yaml", []byte("mcpServers:\n  - name: math\n    url: "+hs.URL+
+		"\nagents:\n  - name: all\n    tools:\n      - mcp: math\n  - name: some\n    tools:\n      - mcp: math\n        only: [add, sub]\n  - name: none\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	logs := &testutil.SyncBuffer{}
+	agents, stop, err := f.Build(ctx, models(t), Defaults{Model: "demo", Logger: slog.New(slog.NewTextHandler(logs, nil))}, builtins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	waitTools := func(what string, want map[string][]string) {
+		t.Helper()
+		for {
+			got := map[string][]string{}
+			for _, a := range agents {
+				got[a.Name()] = a.ToolNames()
+			}
+			if fmt.Sprint(got) == fmt.Sprint(want) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: the agents' tools are %v, want %v", what, got, want)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	waitTools("at the start", map[string][]string{"all": {"add", "sub"}, "some": {"add", "sub"}, "none": nil})
+	mcp.AddTool(srv, &mcp.Tool{Name: "mul"}, func(context.Context, *mcp.CallToolRequest, in) (*mcp.CallToolResult, any, error) {
+		return nil, nil, nil
+	})
+	waitTools("after the server added mul", map[string][]string{"all": {"add", "mul", "sub"}, "some": {"add", "sub"}, "none": nil})
+	srv.RemoveTools("sub")
+	waitTools("after the server removed sub", map[string][]string{"all": {"add", "mul"}, "some": {"add"}, "none": nil})
+	for !strings.Contains(logs.String(), `the server \"math\" lists no tool \"sub\"`) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the tool of the only list that went away was not logged:\n%s", logs.String())
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }

@@ -7,8 +7,10 @@
 // A server that dies (its process exits, its connection drops) fails the
 // calls in flight as tool errors, which the model sees, and is started (or
 // connected to) again for the next call, at most once a second. The tools
-// are the ones the server lists when the node starts; a later change of
-// the list takes effect at the node's next start.
+// are listed when the connection is made, and again whenever the server
+// says its list changed (notifications/tools/list_changed) or the server
+// is started again; OnToolsChanged tells the caller, who offers the new
+// list (actors.Agent.SetTools).
 package mcptool
 
 import (
@@ -20,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -60,7 +63,11 @@ type Conn struct {
 	last    time.Time          // the last connection attempt
 	closed  bool
 	tools   []*mcp.Tool
+	watch   []func()
 }
+
+// listTimeout bounds a listing of the server's tools after a change.
+const listTimeout = 10 * time.Second
 
 // Connect connects to the server and lists its tools.
 func Connect(ctx context.Context, srv Server) (*Conn, error) {
@@ -73,7 +80,12 @@ func Connect(ctx context.Context, srv Server) (*Conn, error) {
 	if srv.Logger == nil {
 		srv.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Conn{srv: srv, client: mcp.NewClient(&mcp.Implementation{Name: "a2", Version: "1"}, nil)}
+	c := &Conn{srv: srv}
+	c.client = mcp.NewClient(&mcp.Implementation{Name: "a2", Version: "1"}, &mcp.ClientOptions{
+		// The handler runs in the connection's reading loop: the listing,
+		// a request on that connection, runs beside it.
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { go c.refresh() },
+	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, err := c.connect(ctx)
@@ -132,13 +144,57 @@ func (c *Conn) current(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, fmt.Errorf("mcptool: the server %q stopped and is started again at most once a second: try again", c.srv.Name)
 	}
 	c.srv.Logger.Warn("an MCP server stopped: starting it again", "server", c.srv.Name)
-	return c.connect(ctx)
+	s, err := c.connect(ctx)
+	if err == nil {
+		go c.refresh() // the server started again may list other tools
+	}
+	return s, err
+}
+
+// OnToolsChanged calls f (in a goroutine of its own) after each listing
+// that follows a change: Tools then returns the new list.
+func (c *Conn) OnToolsChanged(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watch = append(c.watch, f)
+}
+
+// refresh lists the server's tools again and tells the watchers; a listing
+// that fails keeps the tools known (logged).
+func (c *Conn) refresh() {
+	c.mu.Lock()
+	s := c.session
+	c.mu.Unlock()
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
+	defer cancel()
+	var list []*mcp.Tool
+	for t, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			c.srv.Logger.Warn("an MCP server's tools could not be listed again: keeping the tools known", "server", c.srv.Name, "err", err)
+			return
+		}
+		list = append(list, t)
+	}
+	c.mu.Lock()
+	c.tools = list
+	watch := slices.Clone(c.watch)
+	c.mu.Unlock()
+	c.srv.Logger.Info("an MCP server's tools changed", "server", c.srv.Name, "tools", len(list))
+	for _, f := range watch {
+		f()
+	}
 }
 
 // Tools are the server's tools as A2 tools.
 func (c *Conn) Tools() ([]tools.Tool, error) {
-	out := make([]tools.Tool, 0, len(c.tools))
-	for _, t := range c.tools {
+	c.mu.Lock()
+	list := c.tools
+	c.mu.Unlock()
+	out := make([]tools.Tool, 0, len(list))
+	for _, t := range list {
 		schema, err := json.Marshal(t.InputSchema)
 		if err != nil {
 			return nil, fmt.Errorf("mcptool: the server %q: the input schema of %q: %w", c.srv.Name, t.Name, err)

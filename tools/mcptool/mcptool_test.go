@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,61 @@ func TestAServerOverStreamableHTTP(t *testing.T) {
 	out, err := call(t, c, "add", `{"a":40,"b":2}`)
 	if err != nil || out != `{"sum":42}` || auth != "Bearer t0k" {
 		t.Fatalf("add over HTTP: %s, %v (Authorization %q)", out, err, auth)
+	}
+}
+
+// A server that says its tool list changed (it adds a tool, then removes
+// one) is listed again: Tools returns the new list and the watcher hears of
+// each change.
+func TestToolListChanges(t *testing.T) {
+	server := testServer()
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, Server{Name: "web", URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	changed := make(chan struct{}, 4)
+	c.OnToolsChanged(func() { changed <- struct{}{} })
+	names := func() []string {
+		ts, err := c.Tools()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tool := range ts {
+			out = append(out, tool.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	before := names()
+	server.AddTool(&mcp.Tool{Name: "late", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "here"}}}, nil
+	})
+	for want := range 2 {
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("change %d: the watcher was not told", want+1)
+		}
+		got := names()
+		if want == 0 {
+			if !slices.Contains(got, "late") || len(got) != len(before)+1 {
+				t.Fatalf("after the server added a tool: %v (before: %v)", got, before)
+			}
+			if out, err := call(t, c, "late", `{}`); err != nil || !strings.Contains(out, "here") {
+				t.Fatalf("the added tool: %s, %v", out, err)
+			}
+			server.RemoveTools("echo")
+			continue
+		}
+		if slices.Contains(got, "echo") || !slices.Contains(got, "late") {
+			t.Fatalf("after the server removed echo: %v", got)
+		}
 	}
 }
 
