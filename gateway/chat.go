@@ -33,6 +33,11 @@ const (
 )
 
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
+	done, ok := g.limitStream(w, r)
+	if !ok {
+		return
+	}
+	defer done()
 	agent := r.PathValue("agent")
 	raw, err := g.readJSONBody(w, r)
 	if err != nil {
@@ -123,6 +128,10 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 			g.fail(w, r, err)
 			return
 		}
+		if err := g.limit.pushEvents(r, agent, session, len(events)); err != nil {
+			g.fail(w, r, err)
+			return
+		}
 		if _, err := g.router.Push(r.Context(), agent, session, events, false); err != nil {
 			g.fail(w, r, err)
 			return
@@ -134,6 +143,11 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 // chatResume serves reconnectToStream: the active response's stream, or
 // 204 when no response is under way.
 func (g *Gateway) chatResume(w http.ResponseWriter, r *http.Request) {
+	done, ok := g.limitStream(w, r)
+	if !ok {
+		return
+	}
+	defer done()
 	agent, session := r.PathValue("agent"), r.PathValue("session")
 	if err := g.authorize(r, Operation{Type: OpRead, Agent: agent, Session: session}); err != nil {
 		g.fail(w, r, err)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/protocol"
@@ -38,6 +40,8 @@ type Error struct {
 	// Field is the JSON path of the offending field, when there is one
 	// (for example "events[0].payload.message.role").
 	Field string `json:"field,omitempty"`
+	// RetryAfter, when set, is answered as the Retry-After header.
+	RetryAfter time.Duration `json:"-"`
 }
 
 func (e *Error) Error() string {
@@ -102,7 +106,10 @@ func writeError(w http.ResponseWriter, e *Error) {
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="a2-admin"`)
 	}
-	if e.Status == http.StatusServiceUnavailable {
+	switch {
+	case e.RetryAfter > 0:
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, e.RetryAfter/time.Second))))
+	case e.Status == http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, e.Status, struct {

@@ -38,6 +38,13 @@ func wrapNode(t *testing.T, n *gatewaytest.Node) *fixture {
 // do sends a request and returns the status and body.
 func (f *fixture) do(method, path string, body string, header map[string]string) (int, []byte) {
 	f.t.Helper()
+	status, _, b := f.request(method, path, body, header)
+	return status, b
+}
+
+// request is do that also returns the answer's headers.
+func (f *fixture) request(method, path string, body string, header map[string]string) (int, http.Header, []byte) {
+	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	var rd io.Reader
@@ -63,7 +70,7 @@ func (f *fixture) do(method, path string, body string, header map[string]string)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 const sessionsPath = "/v1/agents/assistant/sessions/"

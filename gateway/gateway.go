@@ -92,6 +92,9 @@ type Options struct {
 	// ClusterStatus, when set (a cluster node), serves GET /v1/cluster:
 	// the node's view of the cluster as JSON (cluster.Status).
 	ClusterStatus func() any
+	// Limits bound what one client, and one session's clients, can ask
+	// (limits.go; the zero value takes the defaults).
+	Limits Limits
 	// Agents are the names of the agents the Router serves: GET /v1/agents
 	// lists them, and the error of an unknown agent names them. Empty: the
 	// Router's, when it is an AgentLister (RuntimeRouter is).
@@ -129,6 +132,7 @@ type Gateway struct {
 	router  Router
 	opts    Options
 	handler http.Handler
+	limit   *limiter
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -137,6 +141,7 @@ type Gateway struct {
 // New returns the gateway serving router.
 func New(router Router, opts Options) *Gateway {
 	g := &Gateway{router: router, opts: opts.withDefaults(), done: make(chan struct{})}
+	g.limit = newLimiter(g.opts.Limits)
 	if l, ok := router.(AgentLister); ok && len(g.opts.Agents) == 0 {
 		g.opts.Agents = l.Agents()
 	}
@@ -162,8 +167,33 @@ func New(router Router, opts Options) *Gateway {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "", "no route for %s %s; docs/http.md lists the routes", r.Method, r.URL.Path))
 	})
-	g.handler = g.serveObserved(mux)
+	g.handler = g.serveObserved(g.limitRequests(mux))
 	return g
+}
+
+// limitRequests answers 429 to a client over its request rate (Limits),
+// on every route but the health check.
+func (g *Gateway) limitRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			if err := g.limit.request(r); err != nil {
+				g.fail(w, r, err)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitStream admits a live stream of r's client (Limits.StreamsPerClient);
+// the caller calls done when the stream ends. On a refusal it has answered.
+func (g *Gateway) limitStream(w http.ResponseWriter, r *http.Request) (done func(), ok bool) {
+	done, err := g.limit.stream(r)
+	if err != nil {
+		g.fail(w, r, err)
+		return nil, false
+	}
+	return done, true
 }
 
 // ServeHTTP implements http.Handler.
@@ -317,6 +347,10 @@ func (g *Gateway) push(trusted bool) http.HandlerFunc {
 				g.fail(w, r, err)
 				return
 			}
+			if err := g.limit.pushEvents(r, agent, session, len(events)); err != nil {
+				g.fail(w, r, err)
+				return
+			}
 			// A push that streams reads the session too: refused before
 			// anything is written.
 			if stream {
@@ -325,6 +359,13 @@ func (g *Gateway) push(trusted bool) http.HandlerFunc {
 					return
 				}
 			}
+		}
+		if stream {
+			done, ok := g.limitStream(w, r)
+			if !ok {
+				return
+			}
+			defer done()
 		}
 		if ps, ok := g.router.(PushStreamer); ok && stream {
 			ctx, cancel := context.WithCancel(r.Context())

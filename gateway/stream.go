@@ -31,6 +31,11 @@ import (
 // request, nothing queued unless the inbox is paused, no command awaiting
 // its decision): a bounded stream for scripts and curl.
 func (g *Gateway) stream(w http.ResponseWriter, r *http.Request) {
+	done, ok := g.limitStream(w, r)
+	if !ok {
+		return
+	}
+	defer done()
 	agent, session := r.PathValue("agent"), r.PathValue("session")
 	after, err := uintParam(r, "after", 0)
 	if err != nil {

@@ -50,3 +50,31 @@ func TestClusterFlagsRefuseBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The limits' flags and variables: a flag beats its variable, a value that
+// is not a whole number is refused, and the values reach the gateway's
+// options.
+func TestLimitFlags(t *testing.T) {
+	env := map[string]string{"A2_LIMIT_REQUESTS": "100", "A2_LIMIT_STREAMS": "-1", "A2_CLIENT_HEADER": "X-Forwarded-For"}
+	getenv := func(k string) string { return env[k] }
+	cfg, err := parseServeFlags([]string{"--limit-requests", "50", "--limit-session-events", "7"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := cfg.limits; l.RequestsPerMinute != 50 || l.SessionEventsPerMinute != 7 || l.StreamsPerClient != -1 || l.ClientHeader != "X-Forwarded-For" {
+		t.Fatalf("limits %+v", l)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--limit-requests", "many"}, nil, `"many" is not a whole number`},
+		{nil, map[string]string{"A2_LIMIT_STREAMS": "lots"}, `A2_LIMIT_STREAMS="lots" is not a whole number`},
+	} {
+		_, err := parseServeFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q %v: %v, want an error with %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -140,6 +141,8 @@ type config struct {
 	actorMetrics bool
 	// telemetry describes what the node exports, for the banner.
 	telemetry string
+	// limits bound what one client can ask (--limit-*, --client-header).
+	limits gateway.Limits
 }
 
 // defaultStepTimeout bounds a model step when the operator sets nothing: a
@@ -157,6 +160,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 		return def
 	}
 	cfg := config{getenv: getenv}
+	var limitErr error // an A2_LIMIT_* variable that is not a number
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.addr, "addr", env("A2_ADDR", "127.0.0.1:8080"), "address of the HTTP API (A2_ADDR)")
@@ -181,11 +185,35 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", env("A2_METRICS_ADDR", ""), "address of a Prometheus scrape endpoint (GET /metrics); empty: none (A2_METRICS_ADDR; OTLP export is set with the OTEL_* variables, docs/telemetry.md)")
 	fs.BoolVar(&cfg.actorMetrics, "actor-metrics", env("A2_ACTOR_METRICS", "") == "1" || strings.EqualFold(env("A2_ACTOR_METRICS", ""), "true"),
 		"also export protoactor's own actor metrics (every actor message is measured: costly, docs/telemetry.md) when metrics are on (A2_ACTOR_METRICS)")
+	intFlag := func(p *int, name, envName, usage string) {
+		fs.Func(name, usage+" ("+envName+")", func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("%q is not a whole number", v)
+			}
+			*p = n
+			return nil
+		})
+		if v := getenv(envName); v != "" {
+			if n, err := strconv.Atoi(v); err == nil {
+				*p = n
+			} else {
+				limitErr = fmt.Errorf("%s=%q is not a whole number", envName, v)
+			}
+		}
+	}
+	intFlag(&cfg.limits.RequestsPerMinute, "limit-requests", "A2_LIMIT_REQUESTS", "requests a minute one client may make, beyond loopback (0: 1,200; negative: no limit; docs/security.md)")
+	intFlag(&cfg.limits.SessionEventsPerMinute, "limit-session-events", "A2_LIMIT_SESSION_EVENTS", "events a minute the clients of one session may push (0: 600; negative: no limit)")
+	intFlag(&cfg.limits.StreamsPerClient, "limit-streams", "A2_LIMIT_STREAMS", "live streams one client may hold at once (0: 64; negative: no limit)")
+	fs.StringVar(&cfg.limits.ClientHeader, "client-header", env("A2_CLIENT_HEADER", ""), "request header naming the client for the limits (a proxy's X-Forwarded-For, say); empty: the client's IP address, and loopback clients are not limited (A2_CLIENT_HEADER)")
 	level := env("A2_LOG_LEVEL", "info")
 	fs.StringVar(&level, "log-level", level, "log level: debug, info, warn or error (A2_LOG_LEVEL)")
 	cfg.cluster.register(fs, env)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if limitErr != nil {
+		return cfg, limitErr
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(level)); err != nil {
 		return cfg, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
@@ -244,7 +272,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		StoreURL:     cfg.store,
 		Logger:       logger,
 		LogLevel:     cfg.logLevel,
-		Gateway:      gateway.Options{AdminToken: cfg.adminToken, HeartbeatInterval: cfg.heartbeat, Agents: names},
+		Gateway:      gateway.Options{AdminToken: cfg.adminToken, HeartbeatInterval: cfg.heartbeat, Agents: names, Limits: cfg.limits},
 		MetricsAddr:  cfg.metricsAddr,
 		ActorMetrics: cfg.actorMetrics,
 		PprofAddr:    cfg.pprofAddr,
