@@ -7,6 +7,7 @@ package a2
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,10 @@ type Options struct {
 	Addr string
 	// Listener, when set, is served instead of listening on Addr.
 	Listener net.Listener
+	// TLS, when set, serves HTTPS with it (its certificates:
+	// LoadHTTPSCertificate): the API's clients and tokens do not cross
+	// the network in clear.
+	TLS *tls.Config
 	// Data is the embedded Pebble store's directory (default A2_DATA, else
 	// ./data). StoreURL, a postgres:// URL, opens a shared PostgreSQL
 	// store instead; Store, when set, is used as it is (and closed by the
@@ -134,6 +139,10 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 		}
 	}
 	defer ln.Close()
+	scheme := "http://"
+	if o.TLS != nil {
+		ln, scheme = tls.NewListener(ln, o.TLS), "https://"
+	}
 
 	tel, err := installTelemetry(ctx, o, getenv, ln, logger)
 	if err != nil {
@@ -225,13 +234,13 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 	srv.RegisterOnShutdown(gw.Close)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	base := "http://" + ln.Addr().String()
+	base := scheme + ln.Addr().String()
 	names := make([]string, len(agents))
 	for i, a := range agents {
 		names[i] = a.Name()
 	}
 	logger.Info("serving", "url", base, "agents", strings.Join(names, ", "))
-	if !loopback(ln.Addr().String()) && o.Gateway.Authorize == nil {
+	if !loopback(ln.Addr().String()) && o.Gateway.Authorize == nil && o.Gateway.Tokens == nil {
 		logger.Warn("the HTTP API listens beyond loopback without authentication: any client that reaches " + ln.Addr().String() +
 			" can read and push to every session of every agent. Keep it on a private network or behind a proxy that authenticates (docs/security.md)")
 	}
@@ -431,4 +440,14 @@ func runtimeLevel(server slog.Level) slog.Level {
 		return server
 	}
 	return slog.LevelWarn
+}
+
+// LoadHTTPSCertificate is a TLS configuration for Options.TLS from a
+// certificate (chain) and its private key, PEM files.
+func LoadHTTPSCertificate(certFile, keyFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("the HTTPS certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
 }

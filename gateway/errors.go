@@ -104,7 +104,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // writeError answers an error as JSON.
 func writeError(w http.ResponseWriter, e *Error) {
 	if e.Status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="a2-admin"`)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="a2"`)
 	}
 	switch {
 	case e.RetryAfter > 0:

@@ -92,6 +92,11 @@ type Options struct {
 	// ClusterStatus, when set (a cluster node), serves GET /v1/cluster:
 	// the node's view of the cluster as JSON (cluster.Status).
 	ClusterStatus func() any
+	// Tokens, when set, admits to the untrusted routes only requests with a
+	// bearer token it verifies, for the agents and sessions the token
+	// names (auth.go); Authorize then runs too, with the identity in its
+	// context (IdentityFrom).
+	Tokens *Tokens
 	// Limits bound what one client, and one session's clients, can ask
 	// (limits.go; the zero value takes the defaults).
 	Limits Limits
@@ -177,6 +182,13 @@ func (g *Gateway) limitRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
 			if err := g.limit.request(r); err != nil {
+				g.fail(w, r, err)
+				return
+			}
+		}
+		if strings.HasPrefix(r.URL.Path, "/v1/agents") {
+			var err error
+			if r, err = g.authenticate(r); err != nil {
 				g.fail(w, r, err)
 				return
 			}
@@ -269,14 +281,33 @@ func (g *Gateway) agents(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Agents []agent `json:"agents"`
 	}{Agents: []agent{}}
+	id := IdentityFrom(r.Context())
 	for _, name := range g.opts.Agents {
-		out.Agents = append(out.Agents, agent{Name: name})
+		if id == nil || id.Allows(name, "") {
+			out.Agents = append(out.Agents, agent{Name: name})
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// authorize runs the Authorize hook on an untrusted operation.
+// authorize checks an untrusted operation against the request's token
+// (Tokens), then runs the Authorize hook.
 func (g *Gateway) authorize(r *http.Request, op Operation) error {
+	if g.opts.Tokens != nil {
+		id := IdentityFrom(r.Context())
+		if id == nil {
+			return errorf(http.StatusUnauthorized, CodeUnauthorized, "Authorization", "this node admits its users only: send Authorization: Bearer <token>")
+		}
+		switch {
+		case op.Type == OpListAgents:
+		case !id.Allows(op.Agent, ""):
+			return errorf(http.StatusForbidden, CodeForbidden, "agent", "%s of agent %q: the token of %q names other agents (%s)",
+				op.Type, op.Agent, id.Subject, strings.Join(id.Agents, ", "))
+		case !id.Allows(op.Agent, op.Session):
+			return errorf(http.StatusForbidden, CodeForbidden, "session", "%s of session %q: the token of %q does not name it (its a2 claim's sessions; without them, the IDs that start with %q)",
+				op.Type, op.Session, id.Subject, id.Subject+":")
+		}
+	}
 	if g.opts.Authorize == nil {
 		return nil
 	}

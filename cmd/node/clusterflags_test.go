@@ -78,3 +78,23 @@ func TestLimitFlags(t *testing.T) {
 		}
 	}
 }
+
+// The flags of HTTPS and of users' tokens come in pairs, each refused
+// alone with what to add.
+func TestUserFlagsRefuseBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert", "c.pem"}, "both --tls-cert and --tls-key"},
+		{[]string{"--tls-key", "k.pem"}, "both --tls-cert and --tls-key"},
+		{[]string{"--jwks", "keys.json"}, "--jwks needs --jwt-audience"},
+		{[]string{"--jwt-audience", "a2"}, "which --jwks turns on"},
+		{[]string{"--jwt-issuer", "https://id"}, "which --jwks turns on"},
+	} {
+		_, err := parseServeFlags(c.args, func(string) string { return "" }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
+}

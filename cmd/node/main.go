@@ -17,7 +17,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -143,6 +145,9 @@ type config struct {
 	telemetry string
 	// limits bound what one client can ask (--limit-*, --client-header).
 	limits gateway.Limits
+	// tlsCert and tlsKey serve HTTPS; jwks, jwtIssuer and jwtAudience
+	// admit only the holders of tokens (docs/security.md, "Users").
+	tlsCert, tlsKey, jwks, jwtIssuer, jwtAudience string
 }
 
 // defaultStepTimeout bounds a model step when the operator sets nothing: a
@@ -205,6 +210,11 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	intFlag(&cfg.limits.RequestsPerMinute, "limit-requests", "A2_LIMIT_REQUESTS", "requests a minute one client may make, beyond loopback (0: 1,200; negative: no limit; docs/security.md)")
 	intFlag(&cfg.limits.SessionEventsPerMinute, "limit-session-events", "A2_LIMIT_SESSION_EVENTS", "events a minute the clients of one session may push (0: 600; negative: no limit)")
 	intFlag(&cfg.limits.StreamsPerClient, "limit-streams", "A2_LIMIT_STREAMS", "live streams one client may hold at once (0: 64; negative: no limit)")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", env("A2_TLS_CERT", ""), "PEM file of the HTTPS certificate (chain): the API is served over TLS (A2_TLS_CERT; with --tls-key)")
+	fs.StringVar(&cfg.tlsKey, "tls-key", env("A2_TLS_KEY", ""), "PEM file of the private key of --tls-cert (A2_TLS_KEY)")
+	fs.StringVar(&cfg.jwks, "jwks", env("A2_JWKS", ""), "JWKS file of the keys users' tokens are signed with: the API admits only bearers of valid tokens, to the agents and sessions they name (A2_JWKS; docs/security.md)")
+	fs.StringVar(&cfg.jwtIssuer, "jwt-issuer", env("A2_JWT_ISSUER", ""), "the iss a token must have (A2_JWT_ISSUER)")
+	fs.StringVar(&cfg.jwtAudience, "jwt-audience", env("A2_JWT_AUDIENCE", ""), "the aud a token must have, required with --jwks: a token made for another service is refused (A2_JWT_AUDIENCE)")
 	fs.StringVar(&cfg.limits.ClientHeader, "client-header", env("A2_CLIENT_HEADER", ""), "request header naming the client for the limits (a proxy's X-Forwarded-For, say); empty: the client's IP address, and loopback clients are not limited (A2_CLIENT_HEADER)")
 	level := env("A2_LOG_LEVEL", "info")
 	fs.StringVar(&level, "log-level", level, "log level: debug, info, warn or error (A2_LOG_LEVEL)")
@@ -214,6 +224,15 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	}
 	if limitErr != nil {
 		return cfg, limitErr
+	}
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		return cfg, errors.New("HTTPS needs both --tls-cert and --tls-key")
+	}
+	if cfg.jwks != "" && cfg.jwtAudience == "" {
+		return cfg, errors.New("--jwks needs --jwt-audience: the aud your identity provider puts in the tokens it makes for this node (a token made for another service must not open it)")
+	}
+	if cfg.jwks == "" && (cfg.jwtIssuer != "" || cfg.jwtAudience != "") {
+		return cfg, errors.New("--jwt-issuer and --jwt-audience check tokens, which --jwks turns on: give it the JWKS file")
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(level)); err != nil {
 		return cfg, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
@@ -257,6 +276,20 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	}
 	cfg.telemetry = describeTelemetry(tcfg, cfg.metricsAddr)
 
+	var tokens *gateway.Tokens
+	if cfg.jwks != "" {
+		keys, err := gateway.LoadJWKS(cfg.jwks)
+		if err != nil {
+			return err
+		}
+		tokens = &gateway.Tokens{Keys: keys, Issuer: cfg.jwtIssuer, Audience: cfg.jwtAudience}
+	}
+	var tlsConfig *tls.Config
+	if cfg.tlsCert != "" {
+		if tlsConfig, err = a2.LoadHTTPSCertificate(cfg.tlsCert, cfg.tlsKey); err != nil {
+			return err
+		}
+	}
 	agents, stop, err := nodeAgents(ctx, cfg, p, sc != nil, getenv, logger)
 	if err != nil {
 		return err
@@ -272,7 +305,8 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		StoreURL:     cfg.store,
 		Logger:       logger,
 		LogLevel:     cfg.logLevel,
-		Gateway:      gateway.Options{AdminToken: cfg.adminToken, HeartbeatInterval: cfg.heartbeat, Agents: names, Limits: cfg.limits},
+		Gateway:      gateway.Options{AdminToken: cfg.adminToken, HeartbeatInterval: cfg.heartbeat, Agents: names, Limits: cfg.limits, Tokens: tokens},
+		TLS:          tlsConfig,
 		MetricsAddr:  cfg.metricsAddr,
 		ActorMetrics: cfg.actorMetrics,
 		PprofAddr:    cfg.pprofAddr,
@@ -324,6 +358,10 @@ func printBanner(out io.Writer, base string, cfg config, p *providers.Set, agent
 	if cfg.adminToken != "" {
 		admin = "enabled at /v1/admin/..."
 	}
+	users := "anyone who reaches it (docs/security.md: --jwks admits only your users' tokens)"
+	if cfg.jwks != "" {
+		users = fmt.Sprintf("bearers of tokens signed by a key of %s, for audience %q (docs/security.md)", cfg.jwks, cfg.jwtAudience)
+	}
 	where := cfg.data
 	if cfg.store != "" {
 		where = "PostgreSQL store"
@@ -350,6 +388,7 @@ func printBanner(out io.Writer, base string, cfg config, p *providers.Set, agent
   model:  %s
   data:   %s
   admin:  %s
+  users:  %s
   memory: %s
   telemetry: %s
 
@@ -363,7 +402,7 @@ until the session is idle, in one request
     -d '{"events":[{"id":"'$id'","type":"ai.control.requested","payload":{"action":"send","message":{"id":"'$id'","role":"user","parts":[{"type":"text","text":"What time is it?"}]}}}]}'
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
-`, base, strings.Join(agents, ", "), model, where, admin, memory, cfg.telemetry, base, sessions)
+`, base, strings.Join(agents, ", "), model, where, admin, users, memory, cfg.telemetry, base, sessions)
 }
 
 // nodeTools are the agent's tools: the demo tools, and in test mode
