@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/cluster/clusterpb"
 	"github.com/a2-runtime/a2/internal/devcerts"
 	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/protocol"
@@ -174,6 +175,39 @@ func FuzzActorPort(f *testing.F) {
 		session := "fuzz-" + strconv.Itoa(turn)
 		if _, err := m.Router().Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text(session+"-m", "hi")}, false); err != nil {
 			t.Fatalf("the member after the batch: %v", err)
+		}
+	})
+}
+
+// FuzzEnvelope sends a member's grain and activator envelopes of every
+// kind, with whatever version and body: each is answered (an error for
+// what does not decode or is not known), ignored (a one-way kind) or
+// served, never a crash, and the member goes on serving a turn. (A node
+// in this process: a crash would end the test binary.)
+func FuzzEnvelope(f *testing.F) {
+	m, _ := startTestMember(f, memberSetup{script: `{"default":{"text":"still serving"}}`})
+	for _, kind := range []string{kindPush, kindState, kindHistory, kindIdle, kindSubscribe, kindSubscribeIdle, kindPushStream,
+		kindStreamBatch, kindStreamAck, kindStreamEnd, kindActivate, kindRelease, kindResult, kindError, "banana"} {
+		f.Add(uint32(version), kind, []byte{}, false)
+		f.Add(uint32(version), kind, []byte{0x0a, 0x02, 'x', 'y', 0x12, 0x01}, true)
+	}
+	f.Add(uint32(version+1), kindPush, []byte{0xff}, false)
+	turn := 0
+	f.Fuzz(func(t *testing.T, v uint32, kind string, body []byte, toActivator bool) {
+		to := actor.NewPID(m.self.Address(), grainPrefix+"fuzz")
+		if toActivator {
+			to = actor.NewPID(m.self.Address(), activatorName)
+		}
+		env := &clusterpb.Envelope{Version: v, Kind: kind, Body: body}
+		if res, err := m.ask(to, env, 2*time.Second); err == nil && res.Kind != kindError && res.Kind != kindResult {
+			t.Fatalf("answered a %q envelope with kind %q", kind, res.Kind)
+		}
+		turn++
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		session := "after-" + strconv.Itoa(turn)
+		if _, err := m.Router().Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text(session+"-m", "hi")}, false); err != nil {
+			t.Fatalf("the member after a %q envelope: %v", kind, err)
 		}
 	})
 }
