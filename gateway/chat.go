@@ -128,7 +128,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 			g.fail(w, r, err)
 			return
 		}
-		if err := g.limit.pushEvents(r, agent, session, len(events)); err != nil {
+		if err := g.limit.pushEvents(r, agent, session, len(events), eventBytes(events)); err != nil {
 			g.fail(w, r, err)
 			return
 		}

@@ -378,7 +378,7 @@ func (g *Gateway) push(trusted bool) http.HandlerFunc {
 				g.fail(w, r, err)
 				return
 			}
-			if err := g.limit.pushEvents(r, agent, session, len(events)); err != nil {
+			if err := g.limit.pushEvents(r, agent, session, len(events), eventBytes(events)); err != nil {
 				g.fail(w, r, err)
 				return
 			}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a2-runtime/a2/protocol"
 	"golang.org/x/time/rate"
 )
 
@@ -25,6 +26,10 @@ type Limits struct {
 	// SessionEventsPerMinute bounds the events pushed to one session, by
 	// all its clients together, untrusted pushes only (default 600).
 	SessionEventsPerMinute int
+	// SessionBytesPerMinute bounds the bytes of those events (their IDs,
+	// types and payloads; default 16 MiB), so that no client grows a
+	// session's log faster.
+	SessionBytesPerMinute int
 	// StreamsPerClient bounds one client's live streams at once (the
 	// stream route, pushes with stream=1 and the chat routes; default 64).
 	StreamsPerClient int
@@ -40,6 +45,7 @@ type Limits struct {
 const (
 	DefaultRequestsPerMinute      = 1200
 	DefaultSessionEventsPerMinute = 600
+	DefaultSessionBytesPerMinute  = 16 << 20
 	DefaultStreamsPerClient       = 64
 )
 
@@ -54,6 +60,7 @@ func (l Limits) withDefaults() Limits {
 	}
 	def(&l.RequestsPerMinute, DefaultRequestsPerMinute)
 	def(&l.SessionEventsPerMinute, DefaultSessionEventsPerMinute)
+	def(&l.SessionBytesPerMinute, DefaultSessionBytesPerMinute)
 	def(&l.StreamsPerClient, DefaultStreamsPerClient)
 	return l
 }
@@ -65,6 +72,7 @@ type limiter struct {
 	mu       sync.Mutex
 	requests map[string]*bucket // by client
 	events   map[string]*bucket // by agent and session
+	bytes    map[string]*bucket // by agent and session
 	streams  map[string]int     // live streams by client
 	swept    time.Time
 }
@@ -79,7 +87,7 @@ type bucket struct {
 const sweepEvery = time.Minute
 
 func newLimiter(l Limits) *limiter {
-	return &limiter{l: l.withDefaults(), now: time.Now, requests: map[string]*bucket{}, events: map[string]*bucket{}, streams: map[string]int{}}
+	return &limiter{l: l.withDefaults(), now: time.Now, requests: map[string]*bucket{}, events: map[string]*bucket{}, bytes: map[string]*bucket{}, streams: map[string]int{}}
 }
 
 // client identifies a request's client; "" is a client that is not
@@ -105,11 +113,12 @@ func (lm *limiter) client(r *http.Request) string {
 }
 
 // take takes n tokens of the bucket of key in m, at perMinute (a burst of
-// a tenth of it, at least n); it returns how long to wait when there are
-// not enough, and takes nothing then.
-func (lm *limiter) take(m map[string]*bucket, key string, perMinute, n int) time.Duration {
+// a tenth of it, at least one); it returns how long to wait when there are
+// not enough (and takes nothing then), and otherwise a function that gives
+// the tokens back.
+func (lm *limiter) take(m map[string]*bucket, key string, perMinute, n int) (wait time.Duration, giveBack func()) {
 	if perMinute < 0 {
-		return 0
+		return 0, func() {}
 	}
 	now := lm.now()
 	lm.mu.Lock()
@@ -125,14 +134,14 @@ func (lm *limiter) take(m map[string]*bucket, key string, perMinute, n int) time
 	if n > b.lim.Burst() {
 		// More than a burst at once can never be taken: wait as if the
 		// bucket were empty and held the rest.
-		return time.Duration(float64(n-b.lim.Burst()) / float64(b.lim.Limit()) * float64(time.Second))
+		return time.Duration(float64(n-b.lim.Burst()) / float64(b.lim.Limit()) * float64(time.Second)), nil
 	}
 	res := b.lim.ReserveN(now, n)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
-		return d
+		return d, nil
 	}
-	return 0
+	return 0, func() { res.CancelAt(now) } // at the reservation's own time: a later one counts it as used
 }
 
 func (lm *limiter) sweep(now time.Time) {
@@ -140,7 +149,7 @@ func (lm *limiter) sweep(now time.Time) {
 		return
 	}
 	lm.swept = now
-	for _, m := range []map[string]*bucket{lm.requests, lm.events} {
+	for _, m := range []map[string]*bucket{lm.requests, lm.events, lm.bytes} {
 		for k, b := range m {
 			if now.Sub(b.used) > time.Minute {
 				delete(m, k)
@@ -155,19 +164,26 @@ func (lm *limiter) request(r *http.Request) error {
 	if c == "" {
 		return nil
 	}
-	if d := lm.take(lm.requests, c, lm.l.RequestsPerMinute, 1); d > 0 {
+	if d, _ := lm.take(lm.requests, c, lm.l.RequestsPerMinute, 1); d > 0 {
 		return limited(d, "", "too many requests from this client: at most %d a minute (Limits.RequestsPerMinute)", lm.l.RequestsPerMinute)
 	}
 	return nil
 }
 
-// pushEvents admits n events pushed to agent's session.
-func (lm *limiter) pushEvents(r *http.Request, agent, session string, n int) error {
+// pushEvents admits n events of size bytes pushed to agent's session: both
+// the events and the bytes are counted, or neither.
+func (lm *limiter) pushEvents(r *http.Request, agent, session string, n, size int) error {
 	if lm.client(r) == "" {
 		return nil
 	}
-	if d := lm.take(lm.events, agent+"\x00"+session, lm.l.SessionEventsPerMinute, n); d > 0 {
+	key := agent + "\x00" + session
+	d, giveBack := lm.take(lm.events, key, lm.l.SessionEventsPerMinute, n)
+	if d > 0 {
 		return limited(d, "events", "too many events pushed to session %q: at most %d a minute (Limits.SessionEventsPerMinute); nothing was appended", session, lm.l.SessionEventsPerMinute)
+	}
+	if d, _ := lm.take(lm.bytes, key, lm.l.SessionBytesPerMinute, size); d > 0 {
+		giveBack()
+		return limited(d, "events", "too many bytes pushed to session %q: at most %d a minute (Limits.SessionBytesPerMinute); nothing was appended", session, lm.l.SessionBytesPerMinute)
 	}
 	return nil
 }
@@ -200,4 +216,13 @@ func limited(wait time.Duration, field, format string, args ...any) *Error {
 	e := errorf(http.StatusTooManyRequests, CodeRateLimited, field, format, args...)
 	e.RetryAfter = time.Duration(math.Ceil(wait.Seconds())) * time.Second
 	return e
+}
+
+// eventBytes is the size SessionBytesPerMinute counts of a push.
+func eventBytes(events []protocol.Event) int {
+	n := 0
+	for _, ev := range events {
+		n += len(ev.ID) + len(ev.Type) + len(ev.Payload)
+	}
+	return n
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func wantLimited(t *testing.T, what string, status int, retry string, body []byt
 // clients and sessions go on; a stream closed frees its place.
 func TestLimitsAnswer429AndChangeNothing(t *testing.T) {
 	f := newFixture(t, `{"default":{"text":"ok"}}`, gateway.Options{Limits: gateway.Limits{
-		ClientHeader: "X-Client", RequestsPerMinute: 60, SessionEventsPerMinute: 30, StreamsPerClient: 1}}, nil)
+		ClientHeader: "X-Client", RequestsPerMinute: 60, SessionEventsPerMinute: 30, SessionBytesPerMinute: 20_000, StreamsPerClient: 1}}, nil)
 	passive := false
 	note := func(id string) protocol.Event {
 		return protocol.Inputs.Message(protocol.UIMessage{ID: id, Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: id}}},
@@ -89,6 +90,27 @@ func TestLimitsAnswer429AndChangeNothing(t *testing.T) {
 		// Another session is not affected.
 		if status, _, b := limitedRequest(t, f, "writer-x", http.MethodPost, sessionsPath+"elsewhere/events", pushBody(note("x1"))); status != http.StatusOK {
 			t.Fatalf("another session: %d %s", status, b)
+		}
+	})
+
+	t.Run("bytes of one session", func(t *testing.T) {
+		// A burst of 2,000 bytes: a message of 3,000 is refused whole, and
+		// its event is not counted (a small one goes through after it).
+		big := protocol.Inputs.Message(protocol.UIMessage{ID: "big", Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: strings.Repeat("x", 3000)}}},
+			protocol.MessageOptions{Generate: &passive})
+		status, retry, b := limitedRequest(t, f, "bytes-1", http.MethodPost, sessionsPath+"heavy/events", pushBody(big))
+		wantLimited(t, "3,000 bytes", status, retry, b)
+		if !strings.Contains(string(b), "too many bytes") {
+			t.Fatalf("the refusal does not say bytes: %s", b)
+		}
+		if n := f.lastIndex("heavy"); n != 0 {
+			t.Fatalf("the refused push wrote %d events", n)
+		}
+		for i := range 3 {
+			id := "light" + strconv.Itoa(i)
+			if status, _, b := limitedRequest(t, f, "bytes-"+id, http.MethodPost, sessionsPath+"heavy/events", pushBody(note(id))); status != http.StatusOK {
+				t.Fatalf("small push %d after the refused one: %d %s", i+1, status, b)
+			}
 		}
 	})
 

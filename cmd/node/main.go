@@ -209,6 +209,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	}
 	intFlag(&cfg.limits.RequestsPerMinute, "limit-requests", "A2_LIMIT_REQUESTS", "requests a minute one client may make, beyond loopback (0: 1,200; negative: no limit; docs/security.md)")
 	intFlag(&cfg.limits.SessionEventsPerMinute, "limit-session-events", "A2_LIMIT_SESSION_EVENTS", "events a minute the clients of one session may push (0: 600; negative: no limit)")
+	intFlag(&cfg.limits.SessionBytesPerMinute, "limit-session-bytes", "A2_LIMIT_SESSION_BYTES", "bytes a minute the clients of one session may push, in their events' IDs, types and payloads (0: 16 MiB; negative: no limit)")
 	intFlag(&cfg.limits.StreamsPerClient, "limit-streams", "A2_LIMIT_STREAMS", "live streams one client may hold at once (0: 64; negative: no limit)")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", env("A2_TLS_CERT", ""), "PEM file of the HTTPS certificate (chain): the API is served over TLS (A2_TLS_CERT; with --tls-key)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", env("A2_TLS_KEY", ""), "PEM file of the private key of --tls-cert (A2_TLS_KEY)")
