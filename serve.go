@@ -25,6 +25,7 @@ import (
 	"github.com/a2-runtime/a2/cluster"
 	"github.com/a2-runtime/a2/gateway"
 	"github.com/a2-runtime/a2/internal/levelfilter"
+	"github.com/a2-runtime/a2/internal/netaddr"
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	pgstore "github.com/a2-runtime/a2/persistence/postgres"
@@ -240,7 +241,7 @@ func Serve(ctx context.Context, o Options, agents ...*actors.Agent) (err error) 
 		names[i] = a.Name()
 	}
 	logger.Info("serving", "url", base, "agents", strings.Join(names, ", "))
-	if !loopback(ln.Addr().String()) && o.Gateway.Authorize == nil && o.Gateway.Tokens == nil {
+	if !netaddr.Loopback(ln.Addr().String()) && o.Gateway.Authorize == nil && o.Gateway.Tokens == nil {
 		logger.Warn("the HTTP API listens beyond loopback without authentication: any client that reaches " + ln.Addr().String() +
 			" can read and push to every session of every agent. Keep it on a private network or behind a proxy that authenticates (docs/security.md)")
 	}
@@ -355,7 +356,7 @@ func (c *ClusterOptions) check(shared bool) error {
 	if n := countSet(c.CAFile, c.CertFile, c.CertKeyFile); n != 0 && n != 3 {
 		return errors.New("a2.Serve: mutual TLS between nodes needs all three of the cluster's CA, this node's certificate and its key")
 	}
-	if !c.Insecure && (c.KeyFile == "" || c.CAFile == "") && !(loopback(c.Bind) && (c.Advertise == "" || loopback(c.Advertise))) {
+	if !c.Insecure && (c.KeyFile == "" || c.CAFile == "") && !(netaddr.Loopback(c.Bind) && (c.Advertise == "" || netaddr.Loopback(c.Advertise))) {
 		return fmt.Errorf("a2.Serve: this node's gossip address (%s) is not a loopback one, and the cluster has no key or no certificates: "+
 			"any process that reaches its ports could join the cluster and read every session. Give it the cluster key file and its certificates "+
 			"(`node certs` makes a development set; docs/security.md), or accept the risk explicitly with the insecure option", cmp.Or(c.Advertise, c.Bind))
@@ -371,21 +372,6 @@ func countSet(ss ...string) int {
 		}
 	}
 	return n
-}
-
-// loopback reports whether host:port (or a bare host) names only this
-// machine: a loopback IP address or "localhost". An address of every
-// interface (0.0.0.0, ::) is not one.
-func loopback(addr string) bool {
-	host := addr
-	if h, _, err := net.SplitHostPort(addr); err == nil {
-		host = h
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // newClusterNode prepares the process's cluster side: a member names its

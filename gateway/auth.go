@@ -34,8 +34,10 @@ import (
 
 // Tokens verifies bearer tokens.
 type Tokens struct {
-	// Keys are the keys tokens may be signed with (a JWKS).
-	Keys jose.JSONWebKeySet
+	// Keys are the keys tokens may be signed with (a JWKS file's), or,
+	// when KeysFrom is set, an OpenID issuer's published ones (started).
+	Keys     jose.JSONWebKeySet
+	KeysFrom *IssuerKeys
 	// Issuer, when set, must be the token's "iss"; Audience, when set,
 	// one of its "aud".
 	Issuer, Audience string
@@ -120,8 +122,19 @@ func (t *Tokens) Verify(raw string) (*Identity, error) {
 	}
 	var std jwt.Claims
 	var own a2Claims
-	if err := tok.Claims(t.Keys, &std, &own); err != nil {
-		return nil, errors.New("the token's signature is not one of the node's keys")
+	keys := t.Keys
+	if t.KeysFrom != nil {
+		keys = t.KeysFrom.current()
+	}
+	if err := tok.Claims(keys, &std, &own); err != nil {
+		// A key the issuer has just rotated in: its keys again, once.
+		kid := ""
+		if len(tok.Headers) > 0 {
+			kid = tok.Headers[0].KeyID
+		}
+		if t.KeysFrom == nil || kid == "" || !t.KeysFrom.unknownKey(kid) || tok.Claims(t.KeysFrom.current(), &std, &own) != nil {
+			return nil, errUnknownKey
+		}
 	}
 	now := time.Now
 	if t.Now != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a2-runtime/a2/internal/netaddr"
 	"github.com/a2-runtime/a2/protocol"
 	"golang.org/x/time/rate"
 )
@@ -106,7 +107,7 @@ func (lm *limiter) client(r *http.Request) string {
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() && lm.l.ClientHeader == "" {
+	if lm.l.ClientHeader == "" && netaddr.Loopback(host) {
 		return ""
 	}
 	return "ip:" + host

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/a2-runtime/a2/cluster"
+	"github.com/a2-runtime/a2/internal/netaddr"
 )
 
 // clusterFlags are the flags of a cluster node (docs/cluster.md).
@@ -120,21 +121,10 @@ func (c *clusterFlags) describe(where string) string {
 }
 
 // nonLoopback returns the first of the addresses (host:port, empty ones
-// skipped) whose host is not a loopback IP address or "localhost"; "" if
-// none. An address of every interface (0.0.0.0, ::) is not loopback.
+// skipped) that is not a loopback one (netaddr.Loopback); "" if none.
 func nonLoopback(addrs ...string) string {
 	for _, a := range addrs {
-		if a == "" {
-			continue
-		}
-		host, _, err := net.SplitHostPort(a)
-		if err != nil {
-			host = a
-		}
-		if strings.EqualFold(host, "localhost") {
-			continue
-		}
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		if a != "" && !netaddr.Loopback(a) {
 			return a
 		}
 	}

@@ -88,9 +88,9 @@ func TestUserFlagsRefuseBadInput(t *testing.T) {
 	}{
 		{[]string{"--tls-cert", "c.pem"}, "both --tls-cert and --tls-key"},
 		{[]string{"--tls-key", "k.pem"}, "both --tls-cert and --tls-key"},
-		{[]string{"--jwks", "keys.json"}, "--jwks needs --jwt-audience"},
-		{[]string{"--jwt-audience", "a2"}, "which --jwks turns on"},
-		{[]string{"--jwt-issuer", "https://id"}, "which --jwks turns on"},
+		{[]string{"--jwks", "keys.json"}, "needs --jwt-audience"},
+		{[]string{"--jwt-issuer", "https://id"}, "needs --jwt-audience"},
+		{[]string{"--jwt-audience", "a2"}, "which --jwks (a JWKS file) or --jwt-issuer"},
 	} {
 		_, err := parseServeFlags(c.args, func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -214,7 +214,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&cfg.tlsCert, "tls-cert", env("A2_TLS_CERT", ""), "PEM file of the HTTPS certificate (chain): the API is served over TLS (A2_TLS_CERT; with --tls-key)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", env("A2_TLS_KEY", ""), "PEM file of the private key of --tls-cert (A2_TLS_KEY)")
 	fs.StringVar(&cfg.jwks, "jwks", env("A2_JWKS", ""), "JWKS file of the keys users' tokens are signed with: the API admits only bearers of valid tokens, to the agents and sessions they name (A2_JWKS; docs/security.md)")
-	fs.StringVar(&cfg.jwtIssuer, "jwt-issuer", env("A2_JWT_ISSUER", ""), "the iss a token must have (A2_JWT_ISSUER)")
+	fs.StringVar(&cfg.jwtIssuer, "jwt-issuer", env("A2_JWT_ISSUER", ""), "the iss a token must have; without --jwks, the OpenID issuer whose published keys (its discovery document's jwks_uri, kept fresh) sign the tokens (A2_JWT_ISSUER)")
 	fs.StringVar(&cfg.jwtAudience, "jwt-audience", env("A2_JWT_AUDIENCE", ""), "the aud a token must have, required with --jwks: a token made for another service is refused (A2_JWT_AUDIENCE)")
 	fs.StringVar(&cfg.limits.ClientHeader, "client-header", env("A2_CLIENT_HEADER", ""), "request header naming the client for the limits (a proxy's X-Forwarded-For, say); empty: the client's IP address, and loopback clients are not limited (A2_CLIENT_HEADER)")
 	level := env("A2_LOG_LEVEL", "info")
@@ -229,11 +229,11 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
 		return cfg, errors.New("HTTPS needs both --tls-cert and --tls-key")
 	}
-	if cfg.jwks != "" && cfg.jwtAudience == "" {
-		return cfg, errors.New("--jwks needs --jwt-audience: the aud your identity provider puts in the tokens it makes for this node (a token made for another service must not open it)")
+	if (cfg.jwks != "" || cfg.jwtIssuer != "") && cfg.jwtAudience == "" {
+		return cfg, errors.New("checking users' tokens (--jwks or --jwt-issuer) needs --jwt-audience: the aud your identity provider puts in the tokens it makes for this node (a token made for another service must not open it)")
 	}
-	if cfg.jwks == "" && (cfg.jwtIssuer != "" || cfg.jwtAudience != "") {
-		return cfg, errors.New("--jwt-issuer and --jwt-audience check tokens, which --jwks turns on: give it the JWKS file")
+	if cfg.jwks == "" && cfg.jwtIssuer == "" && cfg.jwtAudience != "" {
+		return cfg, errors.New("--jwt-audience checks tokens, which --jwks (a JWKS file) or --jwt-issuer (an OpenID issuer's published keys) turns on")
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(level)); err != nil {
 		return cfg, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
@@ -278,12 +278,21 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	cfg.telemetry = describeTelemetry(tcfg, cfg.metricsAddr)
 
 	var tokens *gateway.Tokens
-	if cfg.jwks != "" {
+	switch {
+	case cfg.jwks != "":
 		keys, err := gateway.LoadJWKS(cfg.jwks)
 		if err != nil {
 			return err
 		}
 		tokens = &gateway.Tokens{Keys: keys, Issuer: cfg.jwtIssuer, Audience: cfg.jwtAudience}
+	case cfg.jwtIssuer != "":
+		// The issuer's published keys, fetched now and kept fresh.
+		keys := &gateway.IssuerKeys{Issuer: cfg.jwtIssuer, Logger: logger}
+		if err := keys.Start(ctx); err != nil {
+			return err
+		}
+		defer keys.Stop()
+		tokens = &gateway.Tokens{KeysFrom: keys, Issuer: cfg.jwtIssuer, Audience: cfg.jwtAudience}
 	}
 	var tlsConfig *tls.Config
 	if cfg.tlsCert != "" {
@@ -360,8 +369,11 @@ func printBanner(out io.Writer, base string, cfg config, p *providers.Set, agent
 		admin = "enabled at /v1/admin/..."
 	}
 	users := "anyone who reaches it (docs/security.md: --jwks admits only your users' tokens)"
-	if cfg.jwks != "" {
+	switch {
+	case cfg.jwks != "":
 		users = fmt.Sprintf("bearers of tokens signed by a key of %s, for audience %q (docs/security.md)", cfg.jwks, cfg.jwtAudience)
+	case cfg.jwtIssuer != "":
+		users = fmt.Sprintf("bearers of tokens of %s, for audience %q (docs/security.md)", cfg.jwtIssuer, cfg.jwtAudience)
 	}
 	where := cfg.data
 	if cfg.store != "" {
