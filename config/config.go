@@ -292,6 +292,10 @@ type Defaults struct {
 	Getenv      func(string) string
 	// Logger receives the MCP servers' restarts.
 	Logger *slog.Logger
+	// WithoutTools builds the agents without their tools and connects no
+	// MCP server: a cluster gateway's, which routes to the members, where
+	// the tools run (and where a problem of a tool is reported).
+	WithoutTools bool
 }
 
 // Build makes the file's agents, connecting to its MCP servers (each
@@ -303,7 +307,11 @@ type Defaults struct {
 // closes the servers' connections (and stops their commands): call it once
 // the agents are served no more.
 func (f *File) Build(ctx context.Context, models actors.ModelProvider, defaults Defaults, builtins []tools.Tool) (agents []*actors.Agent, stop func(), err error) {
-	conns, ps := f.connect(ctx, defaults)
+	var conns map[string]*mcptool.Conn
+	var ps []Problem
+	if !defaults.WithoutTools {
+		conns, ps = f.connect(ctx, defaults)
+	}
 	stop = func() {
 		for _, c := range conns {
 			_ = c.Close()
@@ -453,9 +461,11 @@ func (f *File) options(models actors.ModelProvider, defaults Defaults, builtins 
 		if a.StepTimeout != "" {
 			o.Harness.StepTimeout, _ = time.ParseDuration(a.StepTimeout) // Parse checked it
 		}
-		tools, tps := f.agentTools(i, known, names, conns, defaults.Getenv)
-		ps = append(ps, tps...)
-		o.Tools = tools
+		if !defaults.WithoutTools {
+			tools, tps := f.agentTools(i, known, names, conns, defaults.Getenv)
+			ps = append(ps, tps...)
+			o.Tools = tools
+		}
 		out[i] = o
 	}
 	if len(ps) > 0 {

@@ -294,3 +294,26 @@ func TestAgentsFollowTheirServersToolList(t *testing.T) {
 		}
 	}
 }
+
+// A gateway's agents (WithoutTools) are built without tools and without
+// connecting the file's MCP servers, which only the members use: a server
+// the gateway cannot start does not stop it.
+func TestAGatewayConnectsNoMCPServer(t *testing.T) {
+	f, err := Parse("agents.yaml", []byte("mcpServers:\n  - name: files\n    command: /nonexistent/mcp-server\nagents:\n  - name: a\n    tools:\n      - mcp: files\n      - builtin: calculator\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, _, err := f.Build(ctx, models(t), Defaults{Model: "demo"}, builtins); err == nil || !strings.Contains(err.Error(), "mcpServers[0]") {
+		t.Fatalf("a member's build with a server that cannot start: %v", err)
+	}
+	agents, stop, err := f.Build(ctx, models(t), Defaults{Model: "demo", WithoutTools: true}, builtins)
+	if err != nil {
+		t.Fatalf("a gateway's build: %v", err)
+	}
+	defer stop()
+	if len(agents) != 1 || agents[0].Name() != "a" || len(agents[0].ToolNames()) != 0 {
+		t.Fatalf("a gateway's agents: %v with tools %v", agents, agents[0].ToolNames())
+	}
+}

@@ -346,7 +346,10 @@ func nodeAgents(ctx context.Context, cfg config, p *providers.Set, testMode bool
 		if err != nil {
 			return nil, nil, err
 		}
-		return f.Build(ctx, p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout, Getenv: getenv, Logger: logger}, nodeTools(testMode))
+		// A gateway routes to the members, which run the tools: it
+		// connects no MCP server.
+		return f.Build(ctx, p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout, Getenv: getenv, Logger: logger,
+			WithoutTools: cfg.cluster.role == cluster.RoleGateway}, nodeTools(testMode))
 	}
 	agent, err := actors.NewAgent(actors.AgentOptions{
 		Name:         defaultAgent,
