@@ -54,7 +54,7 @@ func (f frontier) State(ctx context.Context) (*protocol.AIState, uint64, error) 
 		return nil, 0, ctx.Err()
 	case <-wait.C:
 	}
-	st, at, err := replay(ctx, f.store, f.contract, f.session, f.index, func(string, error) {})
+	st, at, err := replay(ctx, f.store, f.contract, f.session, f.index, func(string, error) {}, nil)
 	if err != nil {
 		return nil, 0, err
 	}

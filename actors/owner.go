@@ -32,6 +32,10 @@ import (
 // store has claimed (the gateway answers 409 SESSION_OWNED).
 var ErrSessionOwned = wire.ErrSessionOwned
 
+// ErrQuota is a push refused because it would take its session past
+// Options.MaxSessionBytes; nothing was appended.
+var ErrQuota = wire.ErrQuota
+
 // ownerEventType is the type of a session's claim.
 const ownerEventType = "a2.session.owner"
 

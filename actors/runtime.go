@@ -29,6 +29,13 @@ type Options struct {
 	// the payloads since its last snapshot must also add up to that
 	// snapshot's size (docs/storage.md, 2.7).
 	SnapshotBytes int
+	// MaxSessionBytes, when positive, bounds a session's log: an untrusted
+	// push that would take it past this many bytes (its events' IDs,
+	// types, causes and payloads, A2's own events counted too) is refused
+	// with ErrQuota, and nothing is appended; the session's own work (its
+	// model steps, tools and handlers, and trusted appends) goes on. 0: no
+	// bound. docs/security.md, "Limits".
+	MaxSessionBytes int64
 	// PassivateAfter stops a session that has been idle this long, freeing
 	// its memory (default 2 minutes).
 	PassivateAfter time.Duration

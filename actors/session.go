@@ -87,6 +87,9 @@ type sessionActor struct {
 	// lastSnapshotBytes is the size of the last snapshot this actor saved
 	// (0 before its first).
 	lastSnapshotBytes int
+	// logBytes is the size of the session's log (eventBytes of each
+	// event), kept for Options.MaxSessionBytes (snapshot.go, logSize).
+	logBytes int64
 
 	// owned: this agent owns the session's log (owner.go); until it does,
 	// the first write claims it.
@@ -331,11 +334,25 @@ func (s *sessionActor) load() error {
 	if err != nil {
 		return err
 	}
+	// The log's size is kept only under a quota (snapshot.go, logSize).
+	var size *logSize
+	var count func(protocol.Event)
+	if s.rt.opts.MaxSessionBytes > 0 {
+		if size, err = loadLogSize(context.Background(), s.store, s.id); err != nil {
+			return err
+		}
+		count = size.count
+	}
 	st, index, err := replay(context.Background(), s.store, s.agent.contract, s.id, 0, func(msg string, err error) {
 		s.rt.opts.Logger.Warn(msg, "session", s.id, "err", err)
-	})
+	}, count)
 	if err != nil {
 		return err
+	}
+	if size != nil {
+		if s.logBytes, err = size.total(context.Background(), s.store, s.id); err != nil {
+			return err
+		}
 	}
 	if !claimed && index > 0 {
 		// A log written before claims existed: its first agent claims it.

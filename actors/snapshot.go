@@ -6,6 +6,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
@@ -16,7 +17,7 @@ import (
 // the end of the log). A snapshot that cannot be read or decoded is
 // reported to warn and the log is folded from its start instead
 // (R-CONTRACT-11).
-func replay(ctx context.Context, store persistence.Store, c *protocol.Contract, session string, upTo uint64, warn func(msg string, err error)) (*protocol.SessionState, uint64, error) {
+func replay(ctx context.Context, store persistence.Store, c *protocol.Contract, session string, upTo uint64, warn func(msg string, err error), folded func(protocol.Event)) (*protocol.SessionState, uint64, error) {
 	st, at := c.NewState(), uint64(0)
 	snap, found, err := store.LoadSnapshot(ctx, session, c.ReducerName())
 	switch {
@@ -42,6 +43,9 @@ func replay(ctx context.Context, store persistence.Store, c *protocol.Contract, 
 		for _, ev := range evs {
 			if err := c.Fold(st, ev); err != nil {
 				return nil, 0, fmt.Errorf("fold %s at %d: %w", ev.Type, ev.Index, err)
+			}
+			if folded != nil {
+				folded(ev)
 			}
 			at = ev.Index
 		}
@@ -88,10 +92,89 @@ func (s *sessionActor) maybeSnapshot(stored []protocol.Event) {
 	}
 	s.sinceSnapshot, s.sinceSnapshotBytes, s.lastSnapshotBytes = 0, 0, len(b)
 	snap := persistence.Snapshot{Session: s.id, Reducer: s.agent.contract.ReducerName(), Index: s.index, State: b}
+	snaps := []persistence.Snapshot{snap}
+	if s.rt.opts.MaxSessionBytes > 0 {
+		snaps = append(snaps, persistence.Snapshot{Session: s.id, Reducer: logSizeReducer, Index: s.index, State: strconv.AppendInt(nil, s.logBytes, 10)})
+	}
 	store, logger := s.store, s.rt.opts.Logger
 	go func() {
-		if err := store.SaveSnapshot(context.Background(), snap); err != nil {
-			logger.Warn("snapshot not saved", "session", snap.Session, "err", err)
+		for _, sn := range snaps {
+			if err := store.SaveSnapshot(context.Background(), sn); err != nil {
+				logger.Warn("snapshot not saved", "session", sn.Session, "reducer", sn.Reducer, "err", err)
+			}
 		}
 	}()
+}
+
+// The log's size (Options.MaxSessionBytes; nothing of it runs without a
+// quota). The session actor counts the bytes of every event it writes, and
+// saves the count as a snapshot of its own (logSizeReducer) beside each
+// state snapshot; an activation starts from the latest count and adds the
+// events after it, which it folds anyway. A session whose log was written
+// while no quota was set counts from its latest state snapshot on (or from
+// its start, without one).
+
+// logSizeReducer names the snapshots of a log's size: not a reducer name a
+// contract can take (those do not start with "a2.log").
+const logSizeReducer = "a2.log-size"
+
+// eventBytes is what an event adds to its log's size.
+func eventBytes(ev protocol.Event) int64 {
+	return int64(len(ev.ID) + len(ev.Type) + len(ev.Cause) + len(ev.Payload))
+}
+
+// logSize is an activation's count of its log's size.
+type logSize struct {
+	at    uint64 // the index of the saved count (0: none)
+	bytes int64  // the saved count, then with the events after at added
+	first uint64 // the first index replay folded (0: none yet)
+}
+
+// loadLogSize reads the latest saved count.
+func loadLogSize(ctx context.Context, store persistence.Store, session string) (*logSize, error) {
+	snap, found, err := store.LoadSnapshot(ctx, session, logSizeReducer)
+	if err != nil {
+		return nil, err
+	}
+	l := &logSize{}
+	if found {
+		n, err := strconv.ParseInt(string(snap.State), 10, 64)
+		if err == nil && n >= 0 {
+			l.at, l.bytes = snap.Index, n
+		}
+	}
+	return l, nil
+}
+
+// count adds an event replay folded, if it is past the saved count.
+func (l *logSize) count(ev protocol.Event) {
+	if l.first == 0 {
+		l.first = ev.Index
+	}
+	if ev.Index > l.at {
+		l.bytes += eventBytes(ev)
+	}
+}
+
+// total is the log's size once replay is done: the events between the
+// saved count and the first one replay folded (a state snapshot later than
+// the count) are read and added.
+func (l *logSize) total(ctx context.Context, store persistence.Store, session string) (int64, error) {
+	if l.at == 0 || l.first == 0 || l.first <= l.at+1 {
+		return l.bytes, nil
+	}
+	for at := l.at; at+1 < l.first; {
+		evs, err := store.Read(ctx, session, at, int(min(l.first-1-at, 1024)))
+		if err != nil {
+			return 0, err
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			l.bytes += eventBytes(ev)
+			at = ev.Index
+		}
+	}
+	return l.bytes, nil
 }

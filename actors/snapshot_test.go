@@ -380,7 +380,7 @@ func TestReplayRestoresTheSnapshotItMay(t *testing.T) {
 	}
 	restored := func(upTo uint64) (bool, uint64) {
 		t.Helper()
-		got, at, err := replay(ctx, f.store, c, "s1", upTo, func(msg string, err error) { t.Errorf("%s: %v", msg, err) })
+		got, at, err := replay(ctx, f.store, c, "s1", upTo, func(msg string, err error) { t.Errorf("%s: %v", msg, err) }, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -318,5 +318,5 @@ func stateThrough(ctx context.Context, store persistence.Store, c *protocol.Cont
 	if len(evs) == 0 {
 		return nil, 0, fmt.Errorf("actors: the boundary event %q is not in the store", id)
 	}
-	return replay(ctx, store, c, session, evs[0].Index, func(string, error) {})
+	return replay(ctx, store, c, session, evs[0].Index, func(string, error) {}, nil)
 }

@@ -77,14 +77,29 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 		c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(fmt.Errorf("%w: an event ID is already used with other content, action or session, or a batch mixes stored and new events", persistence.ErrPartialDuplicateBatch))})
 		return
 	}
+	var pending int64 // the bytes of the pushes not yet in the log
 	for _, p := range append(append([]*pendingPush{}, s.queue...), s.inflight...) {
 		for _, ev := range p.events {
+			pending += eventBytes(ev)
 			for _, id := range ids {
 				if ev.ID == id {
 					c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(fmt.Errorf("%w: event %q is being written; retry the push to replay it", ErrUnavailable, id))})
 					return
 				}
 			}
+		}
+	}
+	if max := s.rt.opts.MaxSessionBytes; max > 0 && !m.Trusted {
+		// Clients' pushes only: the application's own (trusted) events,
+		// a tool's or a handler's, and A2's go on.
+		var size int64
+		for _, ev := range events {
+			size += eventBytes(ev)
+		}
+		if s.logBytes+pending+size > max {
+			c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(fmt.Errorf("%w: the session's log holds %d bytes, and these events' %d would take it past its quota of %d; nothing was appended",
+				ErrQuota, s.logBytes+pending, size, max))})
+			return
 		}
 	}
 	s.queue = append(s.queue, &pendingPush{events: events, reply: c.Sender(), span: s.admitSpan(m, events)})
@@ -303,6 +318,11 @@ func (s *sessionActor) onWriteDone(m *writeDone) {
 	if m.err != nil {
 		s.fail(pushes, m.err)
 		return
+	}
+	for _, ev := range m.stored {
+		if ev.Index > s.index { // not an event the log had (a replay)
+			s.logBytes += eventBytes(ev) // read only under a quota
+		}
 	}
 	if len(m.stored) > 0 {
 		s.index = m.stored[len(m.stored)-1].Index

@@ -29,6 +29,7 @@ const (
 	CodeSessionOwned     = "SESSION_OWNED"
 	CodeInternal         = "INTERNAL"
 	CodeConflict         = "CONFLICT"
+	CodeQuota            = "QUOTA_EXCEEDED"
 )
 
 // Error is an error answered to an HTTP client: its status and the JSON
@@ -78,6 +79,8 @@ func classify(err error) *Error {
 	case errors.Is(err, actors.ErrPartialDuplicateBatch):
 		return errorf(http.StatusConflict, CodePartialDuplicate, "events",
 			"an event ID is already stored with other content, type or session, or the batch mixes stored and new events; nothing was appended (a new event needs a fresh ID)")
+	case errors.Is(err, actors.ErrQuota):
+		return errorf(http.StatusRequestEntityTooLarge, CodeQuota, "events", "%s", plain(err))
 	case errors.Is(err, actors.ErrSessionOwned):
 		return errorf(http.StatusConflict, CodeSessionOwned, "session", "%s; a session ID names one session of the store, which the first agent to write it owns", plain(err))
 	case errors.Is(err, actors.ErrUnavailable), errors.Is(err, actors.ErrClosed):

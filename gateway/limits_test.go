@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/gateway"
+	"github.com/a2-runtime/a2/gateway/gatewaytest"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -170,5 +172,35 @@ func TestLimitsSpareLoopbackAndTurnOff(t *testing.T) {
 		if status, _, b := limitedRequest(t, g, "many", http.MethodGet, "/v1/agents", ""); status != http.StatusOK {
 			t.Fatalf("request %d with the limit off: %d %s", i+1, status, b)
 		}
+	}
+}
+
+// A session at its size quota answers a client's push 413 QUOTA_EXCEEDED,
+// through a single node's router and a cluster's alike, and appends
+// nothing.
+func TestSessionQuotaIs413(t *testing.T) {
+	n := gatewaytest.Start(t, gatewaytest.Options{Script: `{"default":{"text":"ok"}}`, Runtime: actors.Options{MaxSessionBytes: 600}})
+	f := wrapNode(t, n)
+	passive := false
+	note := func(id string) protocol.Event {
+		return protocol.Inputs.Message(protocol.UIMessage{ID: id, Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: strings.Repeat("x", 200)}}},
+			protocol.MessageOptions{Generate: &passive})
+	}
+	var status int
+	var b []byte
+	for i := 0; i < 20; i++ {
+		if status, b = f.do(http.MethodPost, sessionsPath+"full/events", pushBody(note("q"+strconv.Itoa(i))), nil); status != http.StatusOK {
+			break
+		}
+	}
+	if status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("pushes past the quota: %d %s, want 413", status, b)
+	}
+	if e := errorBody(t, b); e.Code != gateway.CodeQuota || !strings.Contains(e.Message, "quota of 600") {
+		t.Fatalf("the answer: %+v", e)
+	}
+	before := f.lastIndex("full")
+	if status, _ := f.do(http.MethodPost, sessionsPath+"full/events", pushBody(note("again")), nil); status != http.StatusRequestEntityTooLarge || f.lastIndex("full") != before {
+		t.Fatalf("a push at the quota: %d, index %d (was %d)", status, f.lastIndex("full"), before)
 	}
 }

@@ -143,12 +143,19 @@ type config struct {
 	actorMetrics bool
 	// telemetry describes what the node exports, for the banner.
 	telemetry string
-	// limits bound what one client can ask (--limit-*, --client-header).
-	limits gateway.Limits
+	// limits bound what one client can ask (--limit-*, --client-header);
+	// maxSessionBytes a session's log (--max-session-bytes).
+	limits          gateway.Limits
+	maxSessionBytes int
 	// tlsCert and tlsKey serve HTTPS; jwks, jwtIssuer and jwtAudience
 	// admit only the holders of tokens (docs/security.md, "Users").
 	tlsCert, tlsKey, jwks, jwtIssuer, jwtAudience string
 }
+
+// defaultMaxSessionBytes bounds a session's log when the operator sets
+// nothing: far past any conversation, short of one client filling the
+// store.
+const defaultMaxSessionBytes = 1 << 30
 
 // defaultStepTimeout bounds a model step when the operator sets nothing: a
 // provider stream that stops sending without closing must not hold a turn
@@ -211,6 +218,8 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	intFlag(&cfg.limits.SessionEventsPerMinute, "limit-session-events", "A2_LIMIT_SESSION_EVENTS", "events a minute the clients of one session may push (0: 600; negative: no limit)")
 	intFlag(&cfg.limits.SessionBytesPerMinute, "limit-session-bytes", "A2_LIMIT_SESSION_BYTES", "bytes a minute the clients of one session may push, in their events' IDs, types and payloads (0: 16 MiB; negative: no limit)")
 	intFlag(&cfg.limits.StreamsPerClient, "limit-streams", "A2_LIMIT_STREAMS", "live streams one client may hold at once (0: 64; negative: no limit)")
+	cfg.maxSessionBytes = defaultMaxSessionBytes
+	intFlag(&cfg.maxSessionBytes, "max-session-bytes", "A2_MAX_SESSION_BYTES", "the most bytes a session's log may hold before clients' pushes to it are refused (413 QUOTA_EXCEEDED; the session's own work goes on); 0: no bound (default 1 GiB)")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", env("A2_TLS_CERT", ""), "PEM file of the HTTPS certificate (chain): the API is served over TLS (A2_TLS_CERT; with --tls-key)")
 	fs.StringVar(&cfg.tlsKey, "tls-key", env("A2_TLS_KEY", ""), "PEM file of the private key of --tls-cert (A2_TLS_KEY)")
 	fs.StringVar(&cfg.jwks, "jwks", env("A2_JWKS", ""), "JWKS file of the keys users' tokens are signed with: the API admits only bearers of valid tokens, to the agents and sessions they name (A2_JWKS; docs/security.md)")
@@ -322,6 +331,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		PprofAddr:    cfg.pprofAddr,
 		Getenv:       getenv,
 		Ready:        func(base string) { printBanner(out, base, cfg, p, names) },
+	}
+	if cfg.maxSessionBytes > 0 {
+		o.Runtime.MaxSessionBytes = int64(cfg.maxSessionBytes)
 	}
 	if p.Script() != nil && cfg.cluster.role != cluster.RoleGateway {
 		o.Gateway.Gates = p.Script()

@@ -50,6 +50,9 @@ type Options struct {
 	Wrap func(gateway.Router) gateway.Router
 	// Agent adjusts the agent's options (tools, ...).
 	Agent func(*actors.AgentOptions)
+	// Runtime is the runtime's options (placement and leases are the
+	// cluster's when it serves the cluster's router).
+	Runtime actors.Options
 	// MoreAgents names further agents, with the same options (but no
 	// contract) and model, on the same store.
 	MoreAgents []string
@@ -104,7 +107,7 @@ func Start(t testing.TB, o Options) *Node {
 		}
 		agents = append(agents, agent)
 	}
-	ropts := actors.Options{}
+	ropts := o.Runtime
 	if o.Cluster || os.Getenv("A2_TEST_ROUTER") == "cluster" {
 		n.Member = newClusterNode(t, n.Store, agents, cluster.RoleMember, nil)
 		n.ClusterGateway = newClusterNode(t, nil, agents, cluster.RoleGateway, []string{n.Member.Config().Bind})

@@ -25,6 +25,7 @@ var (
 	ErrLeaseHeld    = fmt.Errorf("%w: the session is leased to another member", ErrUnavailable)
 	ErrNotServing   = fmt.Errorf("%w: this member is not serving sessions", ErrUnavailable)
 	ErrSessionOwned = errors.New("actors: the session belongs to another agent")
+	ErrQuota        = errors.New("actors: the session is at its size quota")
 )
 
 // EventToPB is the wire form of an event.
@@ -58,6 +59,7 @@ const (
 	CodeClosed           = "CLOSED"
 	CodeTimeout          = "TIMEOUT"
 	CodeInternal         = "INTERNAL"
+	CodeQuota            = "QUOTA_EXCEEDED"
 )
 
 // ToPBError is the wire form of an error of the runtime's API (the codes
@@ -90,6 +92,8 @@ func ToPBError(err error) *sessionpb.Error {
 		return &sessionpb.Error{Code: CodeUnavailable, Message: err.Error()}
 	case errors.Is(err, ErrSessionOwned):
 		return &sessionpb.Error{Code: CodeSessionOwned, Message: err.Error()}
+	case errors.Is(err, ErrQuota):
+		return &sessionpb.Error{Code: CodeQuota, Message: err.Error()}
 	}
 	return &sessionpb.Error{Code: CodeInternal, Message: err.Error()}
 }
@@ -117,6 +121,8 @@ func FromPBError(e *sessionpb.Error) error {
 		return fmt.Errorf("%w: %s", ErrUnavailable, strings.TrimPrefix(e.Message, ErrUnavailable.Error()+": "))
 	case CodeSessionOwned:
 		return fmt.Errorf("%w: %s", ErrSessionOwned, strings.TrimPrefix(e.Message, ErrSessionOwned.Error()+": "))
+	case CodeQuota:
+		return fmt.Errorf("%w: %s", ErrQuota, strings.TrimPrefix(e.Message, ErrQuota.Error()+": "))
 	}
 	return errors.New(e.Message)
 }
