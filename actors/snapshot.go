@@ -92,15 +92,20 @@ func (s *sessionActor) maybeSnapshot(stored []protocol.Event) {
 	}
 	s.sinceSnapshot, s.sinceSnapshotBytes, s.lastSnapshotBytes = 0, 0, len(b)
 	snap := persistence.Snapshot{Session: s.id, Reducer: s.agent.contract.ReducerName(), Index: s.index, State: b}
-	snaps := []persistence.Snapshot{snap}
+	// The log's size goes first, and the state only once it is saved: a
+	// state snapshot is never newer than the latest saved size, whose
+	// count an activation then continues (logSize).
+	var snaps []persistence.Snapshot
 	if s.rt.opts.MaxSessionBytes > 0 {
 		snaps = append(snaps, persistence.Snapshot{Session: s.id, Reducer: logSizeReducer, Index: s.index, State: strconv.AppendInt(nil, s.logBytes, 10)})
 	}
+	snaps = append(snaps, snap)
 	store, logger := s.store, s.rt.opts.Logger
 	go func() {
 		for _, sn := range snaps {
 			if err := store.SaveSnapshot(context.Background(), sn); err != nil {
 				logger.Warn("snapshot not saved", "session", sn.Session, "reducer", sn.Reducer, "err", err)
+				return
 			}
 		}
 	}()
