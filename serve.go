@@ -356,12 +356,27 @@ func (c *ClusterOptions) check(shared bool) error {
 	if n := countSet(c.CAFile, c.CertFile, c.CertKeyFile); n != 0 && n != 3 {
 		return errors.New("a2.Serve: mutual TLS between nodes needs all three of the cluster's CA, this node's certificate and its key")
 	}
-	if !c.Insecure && (c.KeyFile == "" || c.CAFile == "") && !(netaddr.Loopback(c.Bind) && (c.Advertise == "" || netaddr.Loopback(c.Advertise))) {
+	if addr := c.Unprotected(); addr != "" {
 		return fmt.Errorf("a2.Serve: this node's gossip address (%s) is not a loopback one, and the cluster has no key or no certificates: "+
 			"any process that reaches its ports could join the cluster and read every session. Give it the cluster key file and its certificates "+
-			"(`node certs` makes a development set; docs/security.md), or accept the risk explicitly with the insecure option", cmp.Or(c.Advertise, c.Bind))
+			"(`node certs` makes a development set; docs/security.md), or accept the risk explicitly with the insecure option", addr)
 	}
 	return nil
+}
+
+// Unprotected is the address (Bind, or Advertise) of a node that would
+// listen beyond loopback without the cluster's key or its certificates
+// and without Insecure: such a node must not start. "" when it may.
+func (c *ClusterOptions) Unprotected() string {
+	if c == nil || c.Insecure || (c.KeyFile != "" && c.CAFile != "") {
+		return ""
+	}
+	for _, addr := range []string{c.Bind, c.Advertise} {
+		if addr != "" && !netaddr.Loopback(addr) {
+			return addr
+		}
+	}
+	return ""
 }
 
 func countSet(ss ...string) int {

@@ -124,9 +124,7 @@ func (s *sessionActor) maybeSnapshot(stored []protocol.Event) {
 const logSizeReducer = "a2.log-size"
 
 // eventBytes is what an event adds to its log's size.
-func eventBytes(ev protocol.Event) int64 {
-	return int64(len(ev.ID) + len(ev.Type) + len(ev.Cause) + len(ev.Payload))
-}
+func eventBytes(ev protocol.Event) int64 { return int64(ev.Size()) }
 
 // logSize is an activation's count of its log's size.
 type logSize struct {

@@ -189,9 +189,6 @@ func (g *Gateway) authenticate(r *http.Request) (*http.Request, error) {
 	if g.opts.Tokens == nil {
 		return r, nil
 	}
-	if IdentityFrom(r.Context()) != nil {
-		return r, nil
-	}
 	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || strings.TrimSpace(raw) == "" {
 		return r, errorf(http.StatusUnauthorized, CodeUnauthorized, "Authorization", "this node admits its users only: send Authorization: Bearer <token>")

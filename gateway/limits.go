@@ -27,9 +27,9 @@ type Limits struct {
 	// SessionEventsPerMinute bounds the events pushed to one session, by
 	// all its clients together, untrusted pushes only (default 600).
 	SessionEventsPerMinute int
-	// SessionBytesPerMinute bounds the bytes of those events (their IDs,
-	// types and payloads; default 16 MiB), so that no client grows a
-	// session's log faster.
+	// SessionBytesPerMinute bounds the bytes of those events
+	// (protocol.Event.Size: IDs, types, causes and payloads; default
+	// 16 MiB), so that no client grows a session's log faster.
 	SessionBytesPerMinute int
 	// StreamsPerClient bounds one client's live streams at once (the
 	// stream route, pushes with stream=1 and the chat routes; default 64).
@@ -223,7 +223,7 @@ func limited(wait time.Duration, field, format string, args ...any) *Error {
 func eventBytes(events []protocol.Event) int {
 	n := 0
 	for _, ev := range events {
-		n += len(ev.ID) + len(ev.Type) + len(ev.Payload)
+		n += ev.Size()
 	}
 	return n
 }

@@ -121,3 +121,10 @@ func CanonicalJSON(raw json.RawMessage) ([]byte, error) {
 	}
 	return json.Marshal(v)
 }
+
+// Size is the bytes an event's envelope strings and payload hold: its ID,
+// type, cause and payload. The stores' group limits, a session's size
+// quota and the gateway's byte limits all count this.
+func (e Event) Size() int {
+	return len(e.ID) + len(e.Type) + len(e.Cause) + len(e.Payload)
+}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/a2-runtime/a2"
 	"github.com/a2-runtime/a2/cluster"
-	"github.com/a2-runtime/a2/internal/netaddr"
 )
 
 // clusterFlags are the flags of a cluster node (docs/cluster.md).
@@ -89,7 +89,8 @@ func (c *clusterFlags) check(shared bool) error {
 	if set != 0 && set != 3 {
 		return errors.New("mutual TLS between nodes needs all three of --cluster-ca, --cluster-cert and --cluster-cert-key")
 	}
-	if beyond := nonLoopback(c.bind, c.advertise); beyond != "" && !c.insecure && (c.keyFile == "" || c.ca == "") {
+	opts := a2.ClusterOptions{Bind: c.bind, Advertise: c.advertise, KeyFile: c.keyFile, CAFile: c.ca, Insecure: c.insecure}
+	if beyond := opts.Unprotected(); beyond != "" {
 		return fmt.Errorf("--bind/--advertise %s is not a loopback address, and the cluster has no key or no certificates: any process that reaches "+
 			"its ports could join the cluster and read every session. Give every node --cluster-key-file, --cluster-ca, --cluster-cert and "+
 			"--cluster-cert-key (`go run ./cmd/node certs -dir certs NAME...` makes a development set; docs/security.md), or --insecure-cluster to run without them", beyond)
@@ -118,15 +119,4 @@ func (c *clusterFlags) describe(where string) string {
 		return fmt.Sprintf("none: gateway of cluster %q (gossip %s), routing to its members", c.name, c.bind)
 	}
 	return fmt.Sprintf("%s; member of cluster %q (gossip %s, remote on the next port)", where, c.name, c.bind)
-}
-
-// nonLoopback returns the first of the addresses (host:port, empty ones
-// skipped) that is not a loopback one (netaddr.Loopback); "" if none.
-func nonLoopback(addrs ...string) string {
-	for _, a := range addrs {
-		if a != "" && !netaddr.Loopback(a) {
-			return a
-		}
-	}
-	return ""
 }

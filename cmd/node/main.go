@@ -216,7 +216,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	}
 	intFlag(&cfg.limits.RequestsPerMinute, "limit-requests", "A2_LIMIT_REQUESTS", "requests a minute one client may make, beyond loopback (0: 1,200; negative: no limit; docs/security.md)")
 	intFlag(&cfg.limits.SessionEventsPerMinute, "limit-session-events", "A2_LIMIT_SESSION_EVENTS", "events a minute the clients of one session may push (0: 600; negative: no limit)")
-	intFlag(&cfg.limits.SessionBytesPerMinute, "limit-session-bytes", "A2_LIMIT_SESSION_BYTES", "bytes a minute the clients of one session may push, in their events' IDs, types and payloads (0: 16 MiB; negative: no limit)")
+	intFlag(&cfg.limits.SessionBytesPerMinute, "limit-session-bytes", "A2_LIMIT_SESSION_BYTES", "bytes a minute the clients of one session may push, in their events' IDs, types, causes and payloads (0: 16 MiB; negative: no limit)")
 	intFlag(&cfg.limits.StreamsPerClient, "limit-streams", "A2_LIMIT_STREAMS", "live streams one client may hold at once (0: 64; negative: no limit)")
 	cfg.maxSessionBytes = defaultMaxSessionBytes
 	intFlag(&cfg.maxSessionBytes, "max-session-bytes", "A2_MAX_SESSION_BYTES", "the most bytes a session's log may hold before clients' pushes to it are refused (413 QUOTA_EXCEEDED; the session's own work goes on); 0: no bound (default 1 GiB)")

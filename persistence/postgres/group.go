@@ -96,7 +96,7 @@ func (s *Store) appendAsync(ctx context.Context, session string, expected uint64
 		done(evs, err)
 	}
 	for i := range batch {
-		p.bytes += len(batch[i].ID) + len(batch[i].Type) + len(batch[i].Cause) + len(batch[i].Payload)
+		p.bytes += batch[i].Size()
 	}
 	c := &s.commit
 	c.mu.Lock()
