@@ -14,6 +14,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/a2-runtime/a2/actors/sessionpb"
 	"github.com/a2-runtime/a2/internal/wire"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
@@ -41,6 +42,12 @@ type Options struct {
 	PassivateAfter time.Duration
 	// RequestTimeout bounds a request to a session (default 30 s).
 	RequestTimeout time.Duration
+	// LookupPushesFor is how long after its activation a session looks
+	// every push's IDs up in the store before admitting it (default 10 s;
+	// negative: never). Later, only a push that may be a resubmission is
+	// looked up, and the store's append refuses the stored IDs of the
+	// others (pushcheck.go).
+	LookupPushesFor time.Duration
 	// SkipRecovery turns off the start-up scan that activates, in the
 	// background, every session with work a stop cut short (recover.go;
 	// Runtime.Recovered). Without it such work resumes at the session's
@@ -82,6 +89,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 30 * time.Second
+	}
+	if o.LookupPushesFor == 0 {
+		o.LookupPushesFor = 10 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -349,6 +359,12 @@ func (r *Runtime) request(ctx context.Context, agent *Agent, session string, msg
 			if left < timeout {
 				timeout, byCaller = left, true
 			}
+		}
+		if push, ok := msg.(*sessionpb.PushRequest); ok && attempt > 0 {
+			// The session stopped before answering: perhaps because the
+			// push was admitted unchecked and is a resubmission
+			// (pushcheck.go). The next activation looks its IDs up.
+			msg = &verifiedPush{push}
 		}
 		res, err := r.await(r.system.Root.RequestFuture(p, msg, timeout), r.doneOf(p))
 		if err == nil {

@@ -129,6 +129,11 @@ type sessionActor struct {
 
 	// trace is the session's trace bookkeeping (trace.go).
 	trace sessionTrace
+
+	// recent and lookupUntil decide which pushes are looked up in the
+	// store before they are admitted (pushcheck.go).
+	recent      recentIDs
+	lookupUntil time.Time
 }
 
 // pendingPush is a push waiting for its batch to be durable.
@@ -137,6 +142,8 @@ type pendingPush struct {
 	reply  *actor.PID
 	// span is the push's admit span (nil without a trace).
 	span trace.Span
+	// unchecked: admitted without a lookup of its IDs (pushcheck.go).
+	unchecked bool
 }
 
 // stoppingReply answers a request that reached a session while it stops;
@@ -188,6 +195,9 @@ func (s *sessionActor) Receive(c actor.Context) {
 			return
 		}
 		c.SetReceiveTimeout(s.rt.opts.PassivateAfter)
+		if w := s.rt.opts.LookupPushesFor; w > 0 {
+			s.lookupUntil = s.rt.clock.Now().Add(w)
+		}
 		s.reconcile()
 		s.flushSoon()
 	case *memberLeaseLost:
@@ -197,7 +207,13 @@ func (s *sessionActor) Receive(c actor.Context) {
 			c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(s.broken)})
 			return
 		}
-		s.onPush(c, m)
+		s.onPush(c, m, false)
+	case *verifiedPush:
+		if s.broken != nil {
+			c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(s.broken)})
+			return
+		}
+		s.onPush(c, m.PushRequest, true)
 	case *statusRequest:
 		s.answerDurable(c, func() any { return &statusReply{err: s.broken} }, &s.idleWaiters, func() any { return s.statusReply() })
 	case *sessionpb.StateRequest:

@@ -281,6 +281,9 @@ func newTranscript(t *testing.T, progress protocol.ProgressOptions) *transcript 
 	})
 	tr.f.recovered()
 	tr.f.rt.clock = tr.clock
+	// The transcript sees a push reach the session by its lookup: every
+	// push is looked up (pushcheck.go).
+	tr.f.rt.opts.LookupPushesFor = 1 << 62
 	tr.store = &heldStore{Store: tr.f.store}
 	tr.f.rt.store = tr.store // before the session's activation, which takes its store
 	t.Cleanup(func() {

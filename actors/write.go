@@ -39,8 +39,9 @@ const startHold = 5 * time.Millisecond
 type flushNow struct{}
 
 // onPush answers a replay at once (R-LOG-09), refuses a conflicting reuse
-// of IDs (R-LOG-10) and queues new events.
-func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
+// of IDs (R-LOG-10) and queues new events. A push that cannot be a
+// resubmission is queued without a lookup unless verify (pushcheck.go).
+func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest, verify bool) {
 	if s.stopping || s.releasing {
 		c.Respond(&stoppingReply{})
 		return
@@ -50,9 +51,14 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 	for i, ev := range events {
 		ids[i] = ev.ID
 	}
+	// A session's first write also claims it (owner.go), durably even
+	// when its batch is refused: its pushes are looked up first.
+	unchecked := !verify && s.owned && !s.rt.clock.Now().Before(s.lookupUntil) && !s.recent.hasAny(ids)
 	var stored []protocol.Event
 	var err error
-	s.rt.dispatcher.blocking(func() { stored, err = s.store.Lookup(context.Background(), ids) })
+	if !unchecked {
+		s.rt.dispatcher.blocking(func() { stored, err = s.store.Lookup(context.Background(), ids) })
+	}
 	if err != nil {
 		c.Respond(&sessionpb.PushResponse{Error: wire.ToPBError(fmt.Errorf("%w: %v", ErrUnavailable, err))})
 		return
@@ -102,7 +108,7 @@ func (s *sessionActor) onPush(c actor.Context, m *sessionpb.PushRequest) {
 			return
 		}
 	}
-	s.queue = append(s.queue, &pendingPush{events: events, reply: c.Sender(), span: s.admitSpan(m, events)})
+	s.queue = append(s.queue, &pendingPush{events: events, reply: c.Sender(), span: s.admitSpan(m, events), unchecked: unchecked})
 	s.flushSoon()
 }
 
@@ -319,6 +325,17 @@ func (s *sessionActor) onWriteDone(m *writeDone) {
 		s.fail(pushes, m.err)
 		return
 	}
+	if anyUnchecked(pushes) && len(m.stored) > 0 && m.stored[0].Index <= s.index {
+		// The batch was stored already (a replay): an unchecked push was a
+		// resubmission, and the state folded it again (pushcheck.go).
+		s.recheck(pushes, "a batch with a push admitted without a lookup replayed stored events")
+		return
+	}
+	for _, p := range pushes {
+		for _, ev := range p.events {
+			s.recent.add(ev.ID)
+		}
+	}
 	for _, ev := range m.stored {
 		if ev.Index > s.index { // not an event the log had (a replay)
 			s.logBytes += eventBytes(ev) // read only under a quota
@@ -378,6 +395,16 @@ func (s *sessionActor) replyPushes(pushes []*pendingPush, stored []protocol.Even
 // fail answers the pushes of a failed batch and stops the actor: its state
 // ran ahead of the store and must be rebuilt from it.
 func (s *sessionActor) fail(pushes []*pendingPush, err error) {
+	if anyUnchecked(pushes) && !errors.Is(err, persistence.ErrLeaseLost) && !errors.Is(err, ErrSessionOwned) &&
+		!errors.Is(err, persistence.ErrIndexConflict) && !errors.Is(err, persistence.ErrFailed) && !errors.Is(err, persistence.ErrClosed) {
+		// A stored ID of an unchecked push (the store's refusal, or the
+		// fold's of an event it holds already) fails the batch the same
+		// way as a client's mistake would: the pushes are asked again,
+		// looked up first (pushcheck.go), and the next activation tells
+		// which.
+		s.recheck(pushes, err.Error())
+		return
+	}
 	notOwner := errors.Is(err, ErrSessionOwned)
 	code := err
 	if errors.Is(err, persistence.ErrLeaseLost) {
@@ -416,5 +443,29 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 		s.ctx.Send(p.reply, &sessionpb.PushResponse{Error: wire.ToPBError(code)})
 	}
 	s.failed = !notOwner
+	s.stop()
+}
+
+// anyUnchecked reports whether a batch holds a push admitted without a
+// lookup.
+func anyUnchecked(pushes []*pendingPush) bool {
+	for _, p := range pushes {
+		if p.unchecked {
+			return true
+		}
+	}
+	return false
+}
+
+// recheck stops the actor after a batch with an unchecked push failed or
+// replayed: its state ran ahead of the store. The batch's pushes are
+// answered stoppingReply; the runtime sends them again to the next
+// activation, which looks their IDs up first (pushcheck.go).
+func (s *sessionActor) recheck(pushes []*pendingPush, why string) {
+	s.rt.opts.Logger.Info("a session restarts to look up the IDs of pushes it admitted unchecked", "session", s.id, "why", why)
+	for _, p := range pushes {
+		endAdmit(p, nil, nil)
+		s.ctx.Send(p.reply, &stoppingReply{})
+	}
 	s.stop()
 }
