@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,7 +29,14 @@ import (
 // persistence.Resubmission decides, exactly as for a single append). At
 // most Options.Committers groups are in flight at once; an append that
 // arrives while they are all busy waits for the next group, which is how
-// appends of many sessions come to share a commit.
+// appends of many sessions come to share a commit. Under load (the last
+// group held lingerAfter batches or more), a committer also waits until
+// its oldest append has queued for Options.GroupLinger before it takes
+// the group: PostgreSQL spends about as much CPU on a transaction's start
+// and end as on the rows of a group, so on a loaded server (where a
+// commit takes milliseconds anyway) fewer, larger groups leave more CPU
+// to everything else; a lone append never waits (docs/benchmarks.md,
+// "A group's linger").
 //
 // A statement that fails as a whole (an error of one batch that the
 // function does not answer, such as an event ID too long for the index)
@@ -44,6 +52,10 @@ const (
 	maxGroupBytes   = 4 << 20
 	// defaultCommitters is how many groups may be in flight at once.
 	defaultCommitters = 2
+	// defaultGroupLinger is Options.GroupLinger's default, and lingerAfter
+	// the size of the last group from which a committer lingers.
+	defaultGroupLinger = 5 * time.Millisecond
+	lingerAfter        = 4
 )
 
 // Statuses of a2_append_group's rows.
@@ -63,6 +75,7 @@ type pendingAppend struct {
 	opts     persistence.AppendOptions
 	done     func([]protocol.Event, error)
 	bytes    int
+	queued   time.Time
 }
 
 // committer queues appends and runs groups.
@@ -71,6 +84,8 @@ type committer struct {
 	queue   []*pendingAppend
 	running int // groups in flight
 	max     int
+	linger  time.Duration
+	last    int // batches in the last group taken
 	// statements counts the a2_append_group statements run, and batches the
 	// batches they carried (tests read them: appends per commit).
 	statements, batches atomic.Int64
@@ -90,7 +105,7 @@ func (s *Store) appendAsync(ctx context.Context, session string, expected uint64
 		done(nil, err)
 		return
 	}
-	p := &pendingAppend{ctx: ctx, session: session, expected: expected, batch: batch, opts: opts}
+	p := &pendingAppend{ctx: ctx, session: session, expected: expected, batch: batch, opts: opts, queued: time.Now()}
 	p.done = func(evs []protocol.Event, err error) {
 		s.leave()
 		done(evs, err)
@@ -128,6 +143,13 @@ func (s *Store) commitLoop() {
 	c := &s.commit
 	for {
 		c.mu.Lock()
+		if len(c.queue) > 0 {
+			if wait := lingerFor(c.linger, c.last, len(c.queue), c.queue[0].queued, time.Now()); wait > 0 {
+				c.mu.Unlock()
+				time.Sleep(wait)
+				c.mu.Lock()
+			}
+		}
 		var group []*pendingAppend
 		bytes, n := 0, 0
 		for n < len(c.queue) && n < maxGroupAppends && (n == 0 || bytes+c.queue[n].bytes <= maxGroupBytes) {
@@ -145,9 +167,21 @@ func (s *Store) commitLoop() {
 			c.mu.Unlock()
 			return
 		}
+		c.last = n
 		c.mu.Unlock()
 		s.runGroup(group)
 	}
+}
+
+// lingerFor is how long a committer waits before it takes its next group
+// from a queue of queued appends, the oldest queued at oldest, when the
+// last group it took held last batches: until the oldest has waited linger,
+// when the last group was busy and the queue has room.
+func lingerFor(linger time.Duration, last, queued int, oldest, now time.Time) time.Duration {
+	if linger <= 0 || last < lingerAfter || queued >= maxGroupAppends {
+		return 0
+	}
+	return max(oldest.Add(linger).Sub(now), 0)
 }
 
 // runGroup writes a group and answers each of its appends.

@@ -251,3 +251,28 @@ func TestTailsAreFedWithoutReading(t *testing.T) {
 		t.Fatalf("Next of a tail from index 1 = %v, %v after %d reads; want e2, e3 read once", got, err, reads)
 	}
 }
+
+// A committer lingers only after a busy group, only while its queue has
+// room, and only until its oldest append has waited Options.GroupLinger.
+func TestLingerFor(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name         string
+		linger       time.Duration
+		last, queued int
+		oldest       time.Time
+		want         time.Duration
+	}{
+		{"after a busy group, the rest of the linger", 5 * ms, lingerAfter, 1, now.Add(-2 * ms), 3 * ms},
+		{"after a lone append: at once", 5 * ms, 1, 1, now, 0},
+		{"just under busy: at once", 5 * ms, lingerAfter - 1, 3, now, 0},
+		{"the oldest waited the linger already", 5 * ms, 10, 3, now.Add(-6 * ms), 0},
+		{"a full queue: at once", 5 * ms, 10, maxGroupAppends, now, 0},
+		{"linger off", -1, 10, 3, now, 0},
+	} {
+		if got := lingerFor(c.linger, c.last, c.queued, c.oldest, now); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
