@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
@@ -200,5 +201,48 @@ func TestUncheckedResubmissionSparesItsNeighbours(t *testing.T) {
 		if !ok || len(answers[i]) != 1 || answers[i][0].Index != st.Index {
 			t.Fatalf("push %s: stored %v at %d, answered %+v", id, ok, st.Index, answers[i])
 		}
+	}
+}
+
+// A push whose batch another writer's append beat (two runtimes on one
+// store, or an owner's last moment before a takeover) was not written:
+// the runtime decides it again on the log as it now is, and the push
+// succeeds, after the other writer's events.
+func TestPushBeatenByAnotherWriterIsDecidedAgain(t *testing.T) {
+	f := newFixture(t, `{"default":{"text":"ok"}}`, nil)
+	f.push("s1", protocol.Inputs.Text("m1", "first"))
+	f.waitFor("s1", "m1 answered", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+	// A second runtime on the same store writes the session behind the
+	// first one's back.
+	other, err := New(f.store, []*Agent{f.agent}, Options{SkipRecovery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := other.Push(ctx, "assistant", "s1", []protocol.Event{protocol.Inputs.Text("elsewhere", "from the other")}, false); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, idle, err := other.Idle(ctx, "assistant", "s1"); err != nil {
+			t.Fatal(err)
+		} else if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other runtime's turn did not end")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	other.Close()
+	got := f.push("s1", protocol.Inputs.Text("m2", "second"))
+	last, _ := f.store.LastIndex(ctx, "s1")
+	evs, _ := f.store.Read(ctx, "s1", 0, int(last))
+	at := map[string]uint64{}
+	for _, ev := range evs {
+		at[ev.ID] = ev.Index
+	}
+	if len(got) != 1 || got[0].Index != at["m2"] || at["m2"] < at["elsewhere"] {
+		t.Fatalf("m2 answered %+v; the log has it at %d, the other writer's at %d", got, at["m2"], at["elsewhere"])
 	}
 }

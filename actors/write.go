@@ -426,7 +426,18 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 		// tool executions running here are stale. They are cancelled at
 		// once, with the superseded reason, as the actor stops
 		// (R-DELIVERY-05); the next activation reads what the other wrote.
+		// The batch's pushes were not written: they are answered as by a
+		// stopped session, so the runtime sends them to that activation,
+		// which decides them on the log as it now is.
 		s.writtenElsewhere.Store(true)
+		s.rt.opts.Logger.Warn("another writer appended to the session; restarting from the store", "session", s.id, "err", err)
+		for _, p := range pushes {
+			endAdmit(p, nil, nil)
+			s.ctx.Send(p.reply, &stoppingReply{})
+		}
+		s.failed = true
+		s.stop()
+		return
 	}
 	if notOwner {
 		// Not a failure of the store: another agent claimed the session
