@@ -10,11 +10,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
 )
 
 // Seeded schedules of the real session actor (docs/reliability.md).
@@ -53,6 +55,87 @@ type simulation struct {
 	// compared counts the checks that compared the actor's state with the
 	// fold of the log (the others met a write in flight).
 	compared int
+	tools    *simTools
+}
+
+// simTools are the schedule's two tools, "probe" (toolRecovery report: a
+// call's version must never run twice, R-TOOL-13) and "calc" (rerun):
+// each run waits until the schedule ends it.
+type simTools struct {
+	mu      sync.Mutex
+	runs    map[string]int             // starts per tool call
+	running map[string]chan simToolEnd // calls whose run waits for its end
+	order   []string
+	starts  []string
+}
+
+type simToolEnd struct {
+	out json.RawMessage
+	err error
+}
+
+func newSimTools() *simTools {
+	return &simTools{runs: map[string]int{}, running: map[string]chan simToolEnd{}}
+}
+
+func (st *simTools) tool(name, recovery string) tools.Tool {
+	return tools.Tool{Name: name, Recovery: recovery, Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		hc, err := tools.FromContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		call := hc.Call.ToolCallID
+		end := make(chan simToolEnd, 1)
+		st.mu.Lock()
+		st.starts = append(st.starts, fmt.Sprintf("%s attempt %d version %d", call, hc.Attempt, hc.Call.Version))
+		// Per version: Pause now ends a run (its result is recorded), and
+		// Resume asks the call again as a new version (R-INPUT-15).
+		st.runs[fmt.Sprintf("%s %s v%d", name, call, hc.Call.Version)]++
+		st.running[call] = end
+		st.order = append(st.order, call)
+		st.mu.Unlock()
+		defer func() {
+			st.mu.Lock()
+			if st.running[call] == end {
+				delete(st.running, call)
+			}
+			st.mu.Unlock()
+		}()
+		select {
+		case e := <-end:
+			return e.out, e.err
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}}
+}
+
+// end ends the oldest running call (false: none runs).
+func (st *simTools) end(e simToolEnd) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for len(st.order) > 0 {
+		call := st.order[0]
+		st.order = st.order[1:]
+		if ch, ok := st.running[call]; ok {
+			delete(st.running, call)
+			ch <- e
+			return true
+		}
+	}
+	return false
+}
+
+// twice names a report tool's call that ran more than once.
+func (st *simTools) twice() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k, n := range st.runs {
+		if strings.HasPrefix(k, "probe ") && n > 1 {
+			return fmt.Sprintf("%s ran %d times (%v)", k, n, st.starts)
+		}
+	}
+	return ""
 }
 
 type simPush struct {
@@ -152,6 +235,9 @@ func (sm *simulation) storedLog() []protocol.Event {
 // check runs the invariants that hold after every step.
 func (sm *simulation) check() error {
 	sm.answered()
+	if twice := sm.tools.twice(); twice != "" {
+		return fmt.Errorf("a report tool ran again: %s", twice)
+	}
 	evs := sm.storedLog()
 	byID := map[string]protocol.Event{}
 	receipts := map[string]int{}
@@ -367,6 +453,14 @@ func (sm *simulation) step() {
 			return
 		}
 		sm.logf("step")
+	case k < 16 && tr.stream != nil && !sm.finished && sm.textOpen && r.IntN(2) == 0:
+		// The step calls a tool and ends its text and the step with it.
+		name := []string{"probe", "calc"}[r.IntN(2)]
+		sm.logf("send a %s call", name)
+		sm.send(protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: "t0"})
+		sm.send(protocol.UIMessageChunk{Type: protocol.ChunkToolInputAvailable, ToolCallID: id("call"), ToolName: name, Input: json.RawMessage(`{}`)})
+		sm.send(protocol.UIMessageChunk{Type: protocol.ChunkFinish, FinishReason: "tool-calls"})
+		sm.finished = true
 	case k < 16 && tr.stream != nil && !sm.finished:
 		c := protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t0", Delta: "word "}
 		switch {
@@ -385,6 +479,16 @@ func (sm *simulation) step() {
 	case k < 17 && tr.stream != nil && sm.finished:
 		sm.logf("end")
 		sm.endStream()
+	case k == 17 && r.IntN(2) == 0:
+		if !sm.tools.end(simToolEnd{out: json.RawMessage(`{"ok":true}`)}) {
+			return
+		}
+		sm.logf("tool done")
+	case k == 17:
+		if !sm.tools.end(simToolEnd{err: errors.New("the tool failed")}) {
+			return
+		}
+		sm.logf("tool failed")
 	case k < 19:
 		d := time.Duration(1+r.IntN(20)) * time.Millisecond
 		sm.logf("tick %s", d)
@@ -438,6 +542,9 @@ func (sm *simulation) drain() error {
 	for i := 0; i < 2000; i++ { // 20 s of the clock: past every backoff
 		progressed := false
 		for tr.store.ack() == nil {
+			progressed = true
+		}
+		for sm.tools.end(simToolEnd{out: json.RawMessage(`{"ok":true}`)}) {
 			progressed = true
 		}
 		if tr.stream != nil {
@@ -503,8 +610,9 @@ func (sm *simulation) allAnswered() error {
 }
 
 func runSimulation(t *testing.T, seed uint64, steps int) {
-	tr := newTranscript(t, protocol.ProgressOptions{})
-	sm := &simulation{tr: tr, r: rand.New(rand.NewPCG(seed, seed^0x5bd1e995))}
+	st := newSimTools()
+	tr := newTranscriptWith(t, protocol.ProgressOptions{}, []tools.Tool{st.tool("probe", "report"), st.tool("calc", "rerun")})
+	sm := &simulation{tr: tr, r: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), tools: st}
 	t.Cleanup(func() {
 		if t.Failed() {
 			tail := sm.log
@@ -536,7 +644,10 @@ func runSimulation(t *testing.T, seed uint64, steps int) {
 		kinds[strings.SplitN(l, " ", 2)[0]]++
 	}
 	last, _ := tr.store.Store.LastIndex(context.Background(), tr.session)
-	t.Logf("seed %d: %d steps %v; %d states compared with the log; %d events", seed, len(sm.log), kinds, sm.compared, last)
+	st.mu.Lock()
+	runs := len(st.runs)
+	st.mu.Unlock()
+	t.Logf("seed %d: %d steps %v; %d tool calls run; %d states compared with the log; %d events", seed, len(sm.log), kinds, runs, sm.compared, last)
 }
 
 // TestSimulatedSchedules runs seeded schedules of the real session actor

@@ -16,6 +16,7 @@ import (
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
 )
 
 // Timing transcripts: the session actor's write batching, driven by hand.
@@ -272,12 +273,18 @@ type pushResult struct {
 const transcriptWait = 10 * time.Second
 
 func newTranscript(t *testing.T, progress protocol.ProgressOptions) *transcript {
+	return newTranscriptWith(t, progress, nil)
+}
+
+// newTranscriptWith is newTranscript whose agent has toolset.
+func newTranscriptWith(t *testing.T, progress protocol.ProgressOptions, toolset []tools.Tool) *transcript {
 	tr := &transcript{t: t, clock: &handClock{now: time.Unix(1_700_000_000, 0)}, model: &handModel{steps: make(chan *handStream, 4), begin: make(chan struct{})},
 		pushes: map[string]chan pushResult{}, session: "s1"}
 	tr.f = newFixture(t, `{"default":{"text":"unused"}}`, func(o *AgentOptions) {
 		o.Models = func(string) (harness.Model, error) { return tr.model, nil }
 		o.Instructions = harness.InstructionsFunc(tr.model.instructions)
 		o.Progress = progress
+		o.Tools = toolset
 	})
 	tr.f.recovered()
 	tr.f.rt.clock = tr.clock
