@@ -431,10 +431,7 @@ func (s *sessionActor) fail(pushes []*pendingPush, err error) {
 		// which decides them on the log as it now is.
 		s.writtenElsewhere.Store(true)
 		s.rt.opts.Logger.Warn("another writer appended to the session; restarting from the store", "session", s.id, "err", err)
-		for _, p := range pushes {
-			endAdmit(p, nil, nil)
-			s.ctx.Send(p.reply, &stoppingReply{})
-		}
+		s.askAgain(pushes)
 		s.failed = true
 		s.stop()
 		return
@@ -474,9 +471,16 @@ func anyUnchecked(pushes []*pendingPush) bool {
 // activation, which looks their IDs up first (pushcheck.go).
 func (s *sessionActor) recheck(pushes []*pendingPush, why string) {
 	s.rt.opts.Logger.Info("a session restarts to look up the IDs of pushes it admitted unchecked", "session", s.id, "why", why)
+	s.askAgain(pushes)
+	s.stop()
+}
+
+// askAgain answers a batch's pushes, which were not written, as a stopped
+// session does: the runtime sends them to the next activation (verified:
+// looked up first).
+func (s *sessionActor) askAgain(pushes []*pendingPush) {
 	for _, p := range pushes {
 		endAdmit(p, nil, nil)
 		s.ctx.Send(p.reply, &stoppingReply{})
 	}
-	s.stop()
 }

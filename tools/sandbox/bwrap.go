@@ -31,7 +31,6 @@ import (
 // BubblewrapOptions.Timeout, or when the server exits.
 type Bubblewrap struct {
 	*files
-	host string
 	opts BubblewrapOptions
 	env  map[string]string
 }
@@ -92,7 +91,7 @@ func NewBubblewrap(dir string, opts BubblewrapOptions) (*Bubblewrap, error) {
 	for k, v := range opts.Env {
 		env[k] = v
 	}
-	return &Bubblewrap{files: f, host: abs, opts: opts, env: env}, nil
+	return &Bubblewrap{files: f, opts: opts, env: env}, nil
 }
 
 // Description implements Sandbox.
@@ -117,7 +116,7 @@ func (b *Bubblewrap) Spawn(ctx context.Context, c Command) (Process, error) {
 		return nil, err
 	}
 	timeout := max(b.opts.Timeout, 0)
-	return start(ctx, append(append([]string{b.opts.Bwrap}, b.args(inside, environ(b.env, c.Env))...), "--", "/bin/sh", "-c", c.Line), nil, b.host, timeout)
+	return start(ctx, append(append([]string{b.opts.Bwrap}, b.args(inside, environ(b.env, c.Env))...), "--", "/bin/sh", "-c", c.Line), nil, b.files.host, timeout)
 }
 
 // args are bwrap's arguments for a command that starts in dir with env.
@@ -144,7 +143,7 @@ func (b *Bubblewrap) args(dir string, env []string) []string {
 			"--ro-bind-try", "/etc/ssl", "/etc/ssl")
 	}
 	a = append(a, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-		"--bind", b.host, b.opts.WorkDir, "--chdir", dir, "--clearenv")
+		"--bind", b.files.host, b.opts.WorkDir, "--chdir", dir, "--clearenv")
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		a = append(a, "--setenv", k, v)

@@ -15,7 +15,6 @@ import (
 // For tests and trusted local use; Bubblewrap is the sandbox for agents.
 type Dir struct {
 	*files
-	host    string
 	env     map[string]string
 	timeout time.Duration
 }
@@ -46,7 +45,7 @@ func NewDir(dir string, opts DirOptions) (*Dir, error) {
 	for k, v := range opts.Env {
 		env[k] = v
 	}
-	return &Dir{files: f, host: abs, env: env, timeout: opts.Timeout}, nil
+	return &Dir{files: f, env: env, timeout: opts.Timeout}, nil
 }
 
 // defaultPath is a command's PATH unless the sandbox sets one.
@@ -54,11 +53,11 @@ const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
 // Description implements Sandbox.
 func (d *Dir) Description() string {
-	return fmt.Sprintf("You work in the directory %s; commands run there with /bin/sh.", d.host)
+	return fmt.Sprintf("You work in the directory %s; commands run there with /bin/sh.", d.files.host)
 }
 
 // WorkDir implements Sandbox.
-func (d *Dir) WorkDir() string { return d.host }
+func (d *Dir) WorkDir() string { return d.files.host }
 
 // Spawn implements Sandbox.
 func (d *Dir) Spawn(ctx context.Context, c Command) (Process, error) {

@@ -214,8 +214,8 @@ func TestConfinement(t *testing.T) {
 	})
 }
 
-func (d *Dir) hostDir() string        { return d.host }
-func (b *Bubblewrap) hostDir() string { return b.host }
+// hostDir is the working directory's path on the host.
+func (f *files) hostDir() string { return f.host }
 
 // R-HARNESS-22: a command runs with the sandbox's environment, never the
 // server's; a command's own variables win over the sandbox's.
