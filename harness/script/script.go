@@ -311,28 +311,44 @@ type planned struct {
 	err   error
 }
 
-// plan lays out the chunks of a reply.
+// plan lays out the chunks of a reply. It sizes its slice once and fills
+// each chunk in place: a chunk is a large struct, and a lane's goroutine
+// starts with a small stack (a chunk literal per call grew it every step).
 func plan(r *Reply, req harness.Request, promptSize func([]harness.ModelMessage) int) []planned {
-	var out []planned
-	add := func(c protocol.UIMessageChunk) { out = append(out, planned{chunk: c}) }
-	add(protocol.UIMessageChunk{Type: protocol.ChunkStart})
-	add(protocol.UIMessageChunk{Type: protocol.ChunkStartStep})
+	var reasoning, text []string
 	if r.Reasoning != "" {
-		add(protocol.UIMessageChunk{Type: protocol.ChunkReasoningStart, ID: "r0"})
-		for _, piece := range split(r.Reasoning, r.ChunkSize) {
-			add(protocol.UIMessageChunk{Type: protocol.ChunkReasoningDelta, ID: "r0", Delta: piece})
-		}
-		add(protocol.UIMessageChunk{Type: protocol.ChunkReasoningEnd, ID: "r0"})
+		reasoning = split(r.Reasoning, r.ChunkSize)
 	}
 	if r.Text != "" {
-		add(protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: "t0"})
-		for i, piece := range split(r.Text, r.ChunkSize) {
-			add(protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t0", Delta: piece})
+		text = split(r.Text, r.ChunkSize)
+	}
+	out := make([]planned, 0, 2+len(reasoning)+2+len(text)+2+1+3*len(r.ToolCalls)+2)
+	add := func(typ string) *protocol.UIMessageChunk {
+		out = append(out, planned{})
+		c := &out[len(out)-1].chunk
+		c.Type = typ
+		return c
+	}
+	add(protocol.ChunkStart)
+	add(protocol.ChunkStartStep)
+	if r.Reasoning != "" {
+		add(protocol.ChunkReasoningStart).ID = "r0"
+		for _, piece := range reasoning {
+			c := add(protocol.ChunkReasoningDelta)
+			c.ID, c.Delta = "r0", piece
+		}
+		add(protocol.ChunkReasoningEnd).ID = "r0"
+	}
+	if r.Text != "" {
+		add(protocol.ChunkTextStart).ID = "t0"
+		for i, piece := range text {
+			c := add(protocol.ChunkTextDelta)
+			c.ID, c.Delta = "t0", piece
 			if i == 0 && r.Gate != "" {
 				out = append(out, planned{gate: r.Gate})
 			}
 		}
-		add(protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: "t0"})
+		add(protocol.ChunkTextEnd).ID = "t0"
 	} else if r.Gate != "" {
 		out = append(out, planned{gate: r.Gate})
 	}
@@ -345,9 +361,12 @@ func plan(r *Reply, req harness.Request, promptSize func([]harness.ModelMessage)
 		if len(input) == 0 {
 			input = json.RawMessage("{}")
 		}
-		add(protocol.UIMessageChunk{Type: protocol.ChunkToolInputStart, ToolCallID: id, ToolName: tc.Name})
-		add(protocol.UIMessageChunk{Type: protocol.ChunkToolInputDelta, ToolCallID: id, InputTextDelta: string(input)})
-		add(protocol.UIMessageChunk{Type: protocol.ChunkToolInputAvailable, ToolCallID: id, ToolName: tc.Name, Input: input})
+		c := add(protocol.ChunkToolInputStart)
+		c.ToolCallID, c.ToolName = id, tc.Name
+		c = add(protocol.ChunkToolInputDelta)
+		c.ToolCallID, c.InputTextDelta = id, string(input)
+		c = add(protocol.ChunkToolInputAvailable)
+		c.ToolCallID, c.ToolName, c.Input = id, tc.Name, input
 	}
 	if r.Error != "" {
 		out = append(out, planned{err: &ProviderError{Message: r.Error}})
@@ -367,8 +386,9 @@ func plan(r *Reply, req harness.Request, promptSize func([]harness.ModelMessage)
 		usage = &protocol.Usage{InputTokens: in, OutputTokens: outTok, TotalTokens: in + outTok}
 	}
 	meta, _ := json.Marshal(map[string]any{"usage": usage})
-	add(protocol.UIMessageChunk{Type: protocol.ChunkFinishStep})
-	add(protocol.UIMessageChunk{Type: protocol.ChunkFinish, FinishReason: finish, MessageMeta: meta})
+	add(protocol.ChunkFinishStep)
+	c := add(protocol.ChunkFinish)
+	c.FinishReason, c.MessageMeta = finish, meta
 	return out
 }
 
@@ -412,7 +432,7 @@ func (s *stream) Next() (protocol.UIMessageChunk, error) {
 		if s.pos >= len(s.chunks) {
 			return protocol.UIMessageChunk{}, io.EOF
 		}
-		p := s.chunks[s.pos]
+		p := &s.chunks[s.pos]
 		s.pos++
 		if p.gate != "" {
 			select {

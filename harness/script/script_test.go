@@ -176,3 +176,33 @@ func TestPromptSizeIsTheMarshaledPrompt(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStream: one step of the cluster row's script (text, then a tool
+// call), planned and read to its end; a fresh goroutine per step, as a
+// lane runs it.
+func BenchmarkStream(b *testing.B) {
+	s, err := Parse([]byte(`{"default":{"text":"let me check","toolCalls":[{"name":"calculator","input":{"expression":"6*7"}}]}}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := New(s)
+	req := userReq("s", "what is six times seven?")
+	b.ReportAllocs()
+	for b.Loop() {
+		done := make(chan int)
+		go func() {
+			st, _ := m.Stream(context.Background(), req)
+			n := 0
+			for {
+				if _, err := st.Next(); err != nil {
+					break
+				}
+				n++
+			}
+			done <- n
+		}()
+		if <-done == 0 {
+			b.Fatal("no chunk")
+		}
+	}
+}
