@@ -56,7 +56,7 @@ func TestUsersOverHTTPS(t *testing.T) {
 	jwks, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &signKey.PublicKey, KeyID: "k", Algorithm: "ES256", Use: "sig"}}})
 	jwksFile := write("jwks.json", jwks)
 
-	cfg, err := parseServeFlags([]string{"--tls-cert", certFile, "--tls-key", keyFile, "--jwks", jwksFile, "--jwt-audience", "a2", "--model", "demo"},
+	cfg, err := parseServeFlags([]string{"--tls-cert", certFile, "--tls-key", keyFile, "--jwks", jwksFile, "--jwt-audience", "a2", "--model", "demo", "--data", t.TempDir()},
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
