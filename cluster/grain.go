@@ -160,6 +160,9 @@ func (n *Node) serveRequest(ctx context.Context, session string, env *clusterpb.
 			// The push is durable: a failure to open the stream now is
 			// the answer (a retry replays the push and opens it).
 			m.Subscribe.After = stored[0].Index - 1
+			if m.AfterPushed {
+				m.Subscribe.After = stored[len(stored)-1].Index
+			}
 			if err := n.serveStream(session, m.Subscribe, true); err != nil {
 				return errorEnvelope(err)
 			}

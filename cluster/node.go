@@ -171,7 +171,11 @@ type Node struct {
 	subs map[string]*subscription
 
 	streamSeq atomic.Uint64
-	stopOnce  sync.Once
+	// streamDuplicates counts the events the subscriptions of this node
+	// dropped as duplicates (sent twice by an owner); streamSeq counts the
+	// streams they opened, re-subscriptions included.
+	streamDuplicates atomic.Uint64
+	stopOnce         sync.Once
 	stopped   chan struct{}
 	// resume asks the resume loop of a member for one more pass of
 	// ResumeWork (coalesced: a pass already asked for is not asked twice).

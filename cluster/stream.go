@@ -43,9 +43,10 @@ import (
 const (
 	streamWindow = 16
 	// streamAckEvery is how many batches a subscriber takes before it
-	// acknowledges them, in one message: a quarter of the window, so the
-	// owner never waits on an acknowledgement the subscriber holds back.
-	streamAckEvery  = streamWindow / 4
+	// acknowledges them, in one message: half the window, so the owner
+	// never waits on an acknowledgement the subscriber holds back, and a
+	// turn's stream (about four batches) ends before it needs one.
+	streamAckEvery  = streamWindow / 2
 	streamBatchMax  = 256
 	streamHeartbeat = 2 * time.Second
 	// streamStall is how long a subscriber waits for a batch (a heartbeat
@@ -334,7 +335,7 @@ func (n *Node) subscribe(ctx context.Context, agent, session string, after uint6
 		s.abandon()
 		return nil, nil, err
 	}
-	go s.run()
+	go s.run(nil)
 	return s.out, s.errc, nil
 }
 
@@ -342,12 +343,14 @@ func (n *Node) subscribe(ctx context.Context, agent, session string, after uint6
 // from just before its first stored event, in one request to the owner
 // (kind push.stream); the answers are the push's stored events and the
 // channels of subscribe with untilIdle. A push that stored nothing opens
-// no stream (nil channels).
+// no stream (nil channels). The owner's stream starts after the stored
+// events (after_pushed): the subscription delivers them from the answer
+// first, so they cross the hop once.
 func (n *Node) pushSubscribe(ctx context.Context, session string, push *sessionpb.PushRequest) ([]protocol.Event, <-chan protocol.Event, <-chan error, error) {
 	s := n.newSubscription(ctx, push.Agent, session, 0, true)
 	var res sessionpb.PushResponse
 	err := s.request(kindPushStream, func(sub *clusterpb.SubscribeRequest) proto.Message {
-		return &clusterpb.PushStreamRequest{Push: push, Subscribe: sub}
+		return &clusterpb.PushStreamRequest{Push: push, Subscribe: sub, AfterPushed: true}
 	}, &res)
 	if err != nil || len(res.Events) == 0 {
 		s.abandon()
@@ -355,7 +358,7 @@ func (n *Node) pushSubscribe(ctx context.Context, session string, push *sessionp
 	}
 	stored := wire.EventsFromPB(res.Events)
 	s.last = stored[0].Index - 1
-	go s.run()
+	go s.run(stored)
 	return stored, s.out, s.errc, nil
 }
 
@@ -364,17 +367,40 @@ func (n *Node) pushSubscribe(ctx context.Context, session string, push *sessionp
 func (n *Node) newSubscription(ctx context.Context, agent, session string, after uint64, untilIdle bool) *subscription {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &subscription{n: n, agent: agent, session: session, ctx: ctx, cancel: cancel, last: after, untilIdle: untilIdle,
-		out: make(chan protocol.Event, 16), errc: make(chan error, 1), in: make(chan *clusterpb.Envelope, 2*streamWindow+4)}
-	s.self = n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		if env, ok := c.Message().(*clusterpb.Envelope); ok {
-			select {
-			case s.in <- env:
-			case <-s.ctx.Done():
-			}
-		}
-	}))
+		out: make(chan protocol.Event, 16), errc: make(chan error, 1), in: make(chan *clusterpb.Envelope, 3*streamWindow+4)}
+	s.self, _ = n.system.ProcessRegistry.Add(subscriberProcess{s}, "stream"+n.system.ProcessRegistry.NextId())
 	return s
 }
+
+// subscriberProcess is a subscription's address: a process, not an actor,
+// so that a batch goes from the remote's reader straight to the
+// subscription's queue, without a mailbox and a goroutine scheduled for
+// each (protoactor's futures are processes the same way). It never
+// blocks the reader, which serves every stream from the owner: the owner
+// keeps at most streamWindow batches unacknowledged per stream and the
+// queue holds three times that (the streams of a subscription replaced
+// after a move included), so only a misbehaving sender fills it; what does not fit is
+// dropped, and the gap or the stall makes the subscription subscribe
+// again.
+type subscriberProcess struct{ s *subscription }
+
+func (p subscriberProcess) SendUserMessage(_ *actor.PID, message any) {
+	if m, ok := message.(*actor.MessageEnvelope); ok {
+		message = m.Message
+	}
+	env, ok := message.(*clusterpb.Envelope)
+	if !ok {
+		return
+	}
+	select {
+	case p.s.in <- env:
+	default:
+	}
+}
+
+func (subscriberProcess) SendSystemMessage(*actor.PID, any) {}
+
+func (p subscriberProcess) Stop(pid *actor.PID) { p.s.n.system.ProcessRegistry.Remove(pid) }
 
 // abandon ends a subscription whose first request failed (run never
 // started).
@@ -434,7 +460,9 @@ func (s *subscription) stop() {
 	s.cancel()
 }
 
-func (s *subscription) run() {
+// run delivers first (the events of a push the owner's stream starts
+// after, in index order from s.last+1), then the stream's events.
+func (s *subscription) run(first []protocol.Event) {
 	n := s.n
 	defer func() {
 		s.endCurrent()
@@ -453,6 +481,18 @@ func (s *subscription) run() {
 			s.errc <- err
 		}
 	}
+	for _, e := range first {
+		if e.Index != s.last+1 {
+			break // not reached: a push's events are one batch
+		}
+		select {
+		case s.out <- e:
+			s.last = e.Index
+		case <-s.ctx.Done():
+			fail(s.ctx.Err())
+			return
+		}
+	}
 	stall := time.NewTimer(streamStall)
 	defer stall.Stop()
 	for {
@@ -469,6 +509,7 @@ func (s *subscription) run() {
 				stall.Reset(streamStall)
 				for _, e := range m.Events {
 					if e.Index <= s.last {
+						n.streamDuplicates.Add(1)
 						continue // a duplicate
 					}
 					if e.Index != s.last+1 {
@@ -476,7 +517,7 @@ func (s *subscription) run() {
 						break
 					}
 					select {
-					case s.out <- wire.EventsFromPB([]*sessionpb.Event{e})[0]:
+					case s.out <- wire.EventFromPB(e):
 						s.last = e.Index
 					case <-s.ctx.Done():
 						fail(s.ctx.Err())

@@ -104,7 +104,10 @@ func TestAStreamUntilIdleEndsAtTheOwner(t *testing.T) {
 	}
 
 	// A push and its stream in one request (push.stream): the stream starts
-	// at the first pushed event and ends at idle.
+	// at the first pushed event and ends at idle. The pushed events cross
+	// the hop once (in the answer: the owner's stream starts after them),
+	// and the stream is opened once.
+	opened, dups := n.streamSeq.Load(), n.streamDuplicates.Load()
 	stored, evs, errc, err := r.PushUntilIdle(ctx, "assistant", "s2", []protocol.Event{protocol.Inputs.Text("p1", "first")}, false)
 	if err != nil || len(stored) != 1 || stored[0].ID != "p1" {
 		t.Fatalf("push with a stream: %v, stored %+v", err, stored)
@@ -121,6 +124,9 @@ func TestAStreamUntilIdleEndsAtTheOwner(t *testing.T) {
 		if got[i].Index != got[i-1].Index+1 {
 			t.Fatalf("the pushed stream went from %d to %d", got[i-1].Index, got[i].Index)
 		}
+	}
+	if o, d := n.streamSeq.Load()-opened, n.streamDuplicates.Load()-dups; o != 1 || d != 0 {
+		t.Fatalf("the pushed stream was opened %d times and sent %d events twice; want once and none", o, d)
 	}
 	// Its resubmission replays: the same stored event, and a stream from it.
 	again, evs, errc, err := r.PushUntilIdle(ctx, "assistant", "s2", []protocol.Event{protocol.Inputs.Text("p1", "first")}, false)

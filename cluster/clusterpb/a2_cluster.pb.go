@@ -440,13 +440,20 @@ func (x *SubscribeRequest) GetSubscriberId() string {
 // then a subscribe.idle. The answer is the push's (a result with a
 // PushResponse, or an error; no stream opens on an error). subscribe.after
 // is not read: the owner starts the stream after the index before the
-// first pushed event, which the answer's events give the subscriber. A
+// first pushed event (after the last with after_pushed), which the
+// answer's events give the subscriber. A
 // member of an older build answers the kind UNSUPPORTED, having pushed
 // nothing.
 type PushStreamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Push          *sessionpb.PushRequest `protobuf:"bytes,1,opt,name=push,proto3" json:"push,omitempty"`
-	Subscribe     *SubscribeRequest      `protobuf:"bytes,2,opt,name=subscribe,proto3" json:"subscribe,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Push      *sessionpb.PushRequest `protobuf:"bytes,1,opt,name=push,proto3" json:"push,omitempty"`
+	Subscribe *SubscribeRequest      `protobuf:"bytes,2,opt,name=subscribe,proto3" json:"subscribe,omitempty"`
+	// after_pushed: the stream starts after the last pushed event instead,
+	// since the answer carries the pushed events (the subscriber delivers
+	// them first): one batch fewer across the hop per push. A member of an
+	// older build does not read it and sends them again, which the
+	// subscriber drops as duplicates.
+	AfterPushed   bool `protobuf:"varint,3,opt,name=after_pushed,json=afterPushed,proto3" json:"after_pushed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -493,6 +500,13 @@ func (x *PushStreamRequest) GetSubscribe() *SubscribeRequest {
 		return x.Subscribe
 	}
 	return nil
+}
+
+func (x *PushStreamRequest) GetAfterPushed() bool {
+	if x != nil {
+		return x.AfterPushed
+	}
+	return false
 }
 
 // SubscribeResponse says whether the stream opened (no error) or why not.
@@ -966,10 +980,11 @@ const file_a2_cluster_proto_rawDesc = "" +
 	"\x05after\x18\x03 \x01(\x04R\x05after\x12\x16\n" +
 	"\x06stream\x18\x04 \x01(\tR\x06stream\x12-\n" +
 	"\x12subscriber_address\x18\x05 \x01(\tR\x11subscriberAddress\x12#\n" +
-	"\rsubscriber_id\x18\x06 \x01(\tR\fsubscriberId\"\x82\x01\n" +
+	"\rsubscriber_id\x18\x06 \x01(\tR\fsubscriberId\"\xa5\x01\n" +
 	"\x11PushStreamRequest\x12.\n" +
 	"\x04push\x18\x01 \x01(\v2\x1a.a2.session.v1.PushRequestR\x04push\x12=\n" +
-	"\tsubscribe\x18\x02 \x01(\v2\x1f.a2.cluster.v1.SubscribeRequestR\tsubscribe\"?\n" +
+	"\tsubscribe\x18\x02 \x01(\v2\x1f.a2.cluster.v1.SubscribeRequestR\tsubscribe\x12!\n" +
+	"\fafter_pushed\x18\x03 \x01(\bR\vafterPushed\"?\n" +
 	"\x11SubscribeResponse\x12*\n" +
 	"\x05error\x18\x01 \x01(\v2\x14.a2.session.v1.ErrorR\x05error\"y\n" +
 	"\vStreamBatch\x12\x16\n" +
