@@ -176,7 +176,7 @@ type Node struct {
 	// streams they opened, re-subscriptions included.
 	streamDuplicates atomic.Uint64
 	stopOnce         sync.Once
-	stopped   chan struct{}
+	stopped          chan struct{}
 	// resume asks the resume loop of a member for one more pass of
 	// ResumeWork (coalesced: a pass already asked for is not asked twice).
 	resume chan struct{}
