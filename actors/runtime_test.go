@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/persistence"
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
@@ -352,16 +352,5 @@ func TestAFinishedStepsChunksAreWrittenWhileItsStreamStaysOpen(t *testing.T) {
 	}
 }
 
-// quietPebble keeps Pebble's informational lines ("Found 0 WALs", compaction
-// notes) out of the test output; errors still reach stderr.
-type quietPebble struct{}
-
-func (quietPebble) Infof(string, ...any) {}
-
-func (quietPebble) Errorf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "pebble: "+format+"\n", args...)
-}
-
-func (quietPebble) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("pebble: "+format, args...))
-}
+// quietPebble keeps Pebble's informational lines out of the test output.
+type quietPebble = testutil.QuietPebble

@@ -1,0 +1,285 @@
+package external_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/external"
+	"github.com/a2-runtime/a2/harness/script"
+	"github.com/a2-runtime/a2/internal/testutil"
+	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
+	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// The 3-step turn's script: a step that calls the calculator, the tool,
+// a step that answers.
+const turnScript = `{"default":{"text":"let me check","toolCalls":[{"id":"c1","name":"calculator","input":{"expression":"6*7"}}],"then":{"text":"the answer is forty two"}}}`
+
+const loopSystem = "You are the reference loop."
+
+// countingModels serves the script model and records every request it
+// gets: what the loop made the model see, and how many live calls ran.
+type countingModels struct {
+	model harness.Model
+	mu    sync.Mutex
+	reqs  []harness.Request
+}
+
+func (c *countingModels) provider(string) (harness.Model, error) { return c, nil }
+
+func (c *countingModels) Stream(ctx context.Context, req harness.Request) (harness.Stream, error) {
+	c.mu.Lock()
+	c.reqs = append(c.reqs, req)
+	c.mu.Unlock()
+	return c.model.Stream(ctx, req)
+}
+
+func (c *countingModels) requests() []harness.Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]harness.Request(nil), c.reqs...)
+}
+
+// referenceLoop starts the reference loop (node reference-loop.mjs) with
+// env; the test skips where node is not installed.
+func referenceLoop(t *testing.T, env ...string) *external.Loop {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node (Node.js 18 or later) is not on PATH: the reference loop is JavaScript; install Node.js and run go test ./harness/external")
+	}
+	l, err := external.New(external.Options{Command: []string{node, "reference-loop.mjs"}, Env: append([]string{"REFLOOP_SYSTEM=" + loopSystem}, env...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// fixture is a runtime with one agent whose steps run through loop.
+type fixture struct {
+	t      *testing.T
+	rt     *actors.Runtime
+	models *countingModels
+	runs   atomic.Int32 // the calculator's executions
+}
+
+func newFixture(t *testing.T, loop *external.Loop, scriptJSON string) *fixture {
+	t.Helper()
+	sc, err := script.Parse([]byte(scriptJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, models: &countingModels{model: script.New(sc)}}
+	calc := tools.Tool{Name: "calculator", Description: "Evaluates arithmetic.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"]}`),
+		Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
+			f.runs.Add(1)
+			return json.RawMessage(`{"result":42}`), nil
+		}}
+	a, err := actors.NewAgent(actors.AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"), Instructions: harness.Instructions("Be brief."),
+		Models: f.models.provider, Tools: []tools.Tool{calc},
+		Harness: actors.HarnessOptions{Generate: loop.Generate(f.models.provider)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem(), Logger: testutil.QuietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rt, err = actors.New(st, []*actors.Agent{a}, actors.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.rt.Close(); _ = st.Close() })
+	return f
+}
+
+// turn pushes a message and waits (bounded) until the session settles.
+func (f *fixture) turn(session, text string) *protocol.AIState {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := f.rt.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text("m-"+session, text)}, false); err != nil {
+		f.t.Fatal(err)
+	}
+	for {
+		st, _, err := f.rt.State(ctx, "assistant", session)
+		if err != nil {
+			f.t.Fatalf("the session did not settle: %v", err)
+		}
+		if (st.AI.Idle() && len(st.AI.Messages) >= 2) || st.AI.Status == protocol.StatusFailed {
+			return st.AI
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func responseText(st *protocol.AIState) string {
+	var b strings.Builder
+	for _, p := range st.Messages[len(st.Messages)-1].Parts {
+		if p.Type == protocol.PartText {
+			b.WriteString(p.Text + "|")
+		}
+	}
+	return b.String()
+}
+
+// A response through the reference loop: each of the loop's model calls is
+// a step, the first recorded and replayed to the loop at the second step
+// (the model is not called again, the tool does not run again), the live
+// call made with the loop's own prompt through the agent's models, and the
+// tool an A2 tool execution; one loop process serves both steps.
+func TestAResponseThroughTheReferenceLoop(t *testing.T) {
+	loop := referenceLoop(t)
+	f := newFixture(t, loop, turnScript)
+	st := f.turn("s1", "what is six times seven?")
+	if got := responseText(st); got != "let me check|the answer is forty two|" {
+		t.Fatalf("the response's text: %q (status %s, error %+v)", got, st.Status, st.Error)
+	}
+	if n := f.runs.Load(); n != 1 {
+		t.Fatalf("the calculator ran %d times, want once (the replay answers it from the log)", n)
+	}
+	reqs := f.models.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("the model was called %d times, want 2 (a step each; the replayed call is answered from the log)", len(reqs))
+	}
+	for i, r := range reqs {
+		if !strings.HasPrefix(r.System, loopSystem) || !strings.Contains(r.System, "Be brief.") {
+			t.Fatalf("call %d's system prompt %q: want the loop's, with the agent's instructions", i+1, r.System)
+		}
+	}
+	// The second call's prompt is the loop's: the replayed first call and
+	// the recorded tool result after the user's message.
+	second := reqs[1].Messages
+	if len(second) != 3 || second[1].Role != harness.ModelRoleAssistant || second[2].Role != harness.ModelRoleTool ||
+		second[2].Content[0].ToolCallID != "c1" || !strings.Contains(string(second[2].Content[0].Output.Value), "42") {
+		b, _ := json.Marshal(second)
+		t.Fatalf("the second call's messages: %s; want the user's, the replayed call and the tool's result", b)
+	}
+	if pid := loop.PID(); pid == 0 {
+		t.Fatal("the loop's process is not running after the response")
+	}
+}
+
+// A loop that ends during a step's replay is started again and the run
+// replayed with it; the response completes with no call made twice.
+func TestALoopThatDiesDuringTheReplayIsStartedAgain(t *testing.T) {
+	loop := referenceLoop(t, "REFLOOP_EXIT_ON_RUN=2") // its second run is the second step's
+	f := newFixture(t, loop, turnScript)
+	st := f.turn("s1", "what is six times seven?")
+	if got := responseText(st); got != "let me check|the answer is forty two|" {
+		t.Fatalf("the response's text: %q (status %s, error %+v)", got, st.Status, st.Error)
+	}
+	if n, calls := f.runs.Load(), len(f.models.requests()); n != 1 || calls != 2 {
+		t.Fatalf("the calculator ran %d times and the model %d; want once and twice", n, calls)
+	}
+}
+
+// A loop that writes what is not the protocol is ended; a step that cannot
+// run fails its generation with the reason, and the node goes on.
+func TestALoopThatBreaksTheProtocolFailsTheStep(t *testing.T) {
+	loop := referenceLoop(t, "REFLOOP_GARBAGE_ON_RUN=1") // every process's first run
+	f := newFixture(t, loop, turnScript)
+	st := f.turn("s1", "what is six times seven?")
+	if st.Status != protocol.StatusFailed || st.Error == nil || !strings.Contains(st.Error.Message, "not the protocol") {
+		t.Fatalf("status %s, error %+v: want the generation failed because the loop's output is not the protocol", st.Status, st.Error)
+	}
+	if calls := len(f.models.requests()); calls != 0 {
+		t.Fatalf("the model was called %d times by a loop that broke the protocol", calls)
+	}
+}
+
+// What a loop can get wrong, each a real process (sh) writing lines: each
+// fails the step with a reason, and nothing crashes.
+func TestBadLoops(t *testing.T) {
+	hello := `{"type":"hello","protocol":1,"name":"sh"}`
+	for _, tc := range []struct {
+		name, lines, want string
+	}{
+		{"exits before its hello", ``, "ended"},
+		{"speaks another protocol version", `{"type":"hello","protocol":2,"name":"future"}`, "speaks protocol 2"},
+		{"starts with something else", `{"type":"model","call":1}`, "not a hello"},
+		{"asks a call past the live one", hello + "\nRUN\n" + `{"type":"model","run":"$RUN","call":2}`, "model call 2"},
+		{"asks a tool no call made", hello + "\nRUN\n" + `{"type":"tool","run":"$RUN","toolCallId":"nope","toolName":"calculator"}`, `tool call "nope"`},
+		{"ends the response without a model call", hello + "\nRUN\n" + `{"type":"done","run":"$RUN"}`, "before this step's model call"},
+		{"fails the run", hello + "\nRUN\n" + `{"type":"error","run":"$RUN","message":"out of ideas"}`, "out of ideas"},
+		{"asks an unknown type", hello + "\nRUN\n" + `{"type":"teleport","run":"$RUN"}`, "unknown message type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// RUN: read the run message and take its ID; then the lines,
+			// then wait to be ended (stdin closes).
+			var sh strings.Builder
+			for _, line := range strings.Split(tc.lines, "\n") {
+				switch {
+				case line == "":
+				case line == "RUN":
+					sh.WriteString(`read -r line; RUN=$(printf '%s' "$line" | sed 's/.*"run":"\([^"]*\)".*/\1/')` + "\n")
+				default: // single-quoted, with the run's ID spliced in
+					sh.WriteString(`printf '%s\n' '` + strings.ReplaceAll(line, "$RUN", `'"$RUN"'`) + "'\n")
+				}
+			}
+			sh.WriteString("cat >/dev/null\n")
+			loop, err := external.New(external.Options{Command: []string{"/bin/sh", "-c", sh.String()}, StartTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = loop.Close() })
+			f := newFixture(t, loop, turnScript)
+			st := f.turn("s1", "hello")
+			if st.Status != protocol.StatusFailed || st.Error == nil || !strings.Contains(st.Error.Message, tc.want) {
+				t.Fatalf("status %s, error %+v: want the generation failed with %q", st.Status, st.Error, tc.want)
+			}
+			if calls := len(f.models.requests()); calls != 0 {
+				t.Fatalf("the model was called %d times", calls)
+			}
+		})
+	}
+}
+
+// The loop's environment is PATH, HOME, LANG and its own Env: never the
+// server's other variables (a provider's key among them).
+func TestTheLoopDoesNotSeeTheServersEnvironment(t *testing.T) {
+	t.Setenv("A2_TEST_SERVER_SECRET", "sk-do-not-leak")
+	sh := `printf '%s\n' '{"type":"hello","protocol":1,"name":"sh"}'
+read -r line; RUN=$(printf '%s' "$line" | sed 's/.*"run":"\([^"]*\)".*/\1/')
+printf '%s\n' '{"type":"error","run":"'"$RUN"'","message":"secret=['"$A2_TEST_SERVER_SECRET"'] own=['"$OWN"'] path='"${PATH:+set}"'"}'
+cat >/dev/null`
+	loop, err := external.New(external.Options{Command: []string{"/bin/sh", "-c", sh}, Env: []string{"OWN=mine"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = loop.Close() })
+	st := newFixture(t, loop, turnScript).turn("s1", "hello")
+	if st.Error == nil || !strings.Contains(st.Error.Message, "secret=[] own=[mine] path=set") {
+		t.Fatalf("error %+v: want the loop to see its own variable and PATH, not the server's secret", st.Error)
+	}
+}
+
+func TestNewNeedsACommand(t *testing.T) {
+	if _, err := external.New(external.Options{}); err == nil {
+		t.Fatal("a loop without a command was made")
+	}
+}
+
+func TestMain(m *testing.M) {
+	// The reference loop is beside the tests.
+	if _, err := os.Stat("reference-loop.mjs"); err != nil {
+		fmt.Fprintln(os.Stderr, "reference-loop.mjs is missing:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
