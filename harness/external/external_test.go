@@ -22,6 +22,7 @@ import (
 	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
+	"github.com/a2-runtime/a2/tools/sandbox"
 )
 
 // The 3-step turn's script: a step that calls the calculator, the tool,
@@ -77,7 +78,7 @@ type fixture struct {
 	runs   atomic.Int32 // the calculator's executions
 }
 
-func newFixture(t *testing.T, loop *external.Loop, scriptJSON string) *fixture {
+func newFixture(t *testing.T, loop *external.Loop, scriptJSON string, extra ...tools.Tool) *fixture {
 	t.Helper()
 	sc, err := script.Parse([]byte(scriptJSON))
 	if err != nil {
@@ -91,7 +92,7 @@ func newFixture(t *testing.T, loop *external.Loop, scriptJSON string) *fixture {
 			return json.RawMessage(`{"result":42}`), nil
 		}}
 	a, err := actors.NewAgent(actors.AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"), Instructions: harness.Instructions("Be brief."),
-		Models: f.models.provider, Tools: []tools.Tool{calc},
+		Models: f.models.provider, Tools: append([]tools.Tool{calc}, extra...),
 		Harness: actors.HarnessOptions{Generate: loop.Generate(f.models.provider)}})
 	if err != nil {
 		t.Fatal(err)
@@ -138,8 +139,8 @@ func responseText(st *protocol.AIState) string {
 	return b.String()
 }
 
-// A response through the reference loop: each of the loop's model calls is
-// a step, the first recorded and replayed to the loop at the second step
+// R-HARNESS-02 R-HARNESS-07 R-HARNESS-08: a response through the reference
+// loop: each of the loop's model calls is a step, the first recorded and replayed to the loop at the second step
 // (the model is not called again, the tool does not run again), the live
 // call made with the loop's own prompt through the agent's models, and the
 // tool an A2 tool execution; one loop process serves both steps.
@@ -175,7 +176,7 @@ func TestAResponseThroughTheReferenceLoop(t *testing.T) {
 	}
 }
 
-// A loop that ends during a step's replay is started again and the run
+// R-HARNESS-07: a loop that ends during a step's replay is started again and the run
 // replayed with it; the response completes with no call made twice.
 func TestALoopThatDiesDuringTheReplayIsStartedAgain(t *testing.T) {
 	loop := referenceLoop(t, "REFLOOP_EXIT_ON_RUN=2") // its second run is the second step's
@@ -266,6 +267,107 @@ cat >/dev/null`
 	st := newFixture(t, loop, turnScript).turn("s1", "hello")
 	if st.Error == nil || !strings.Contains(st.Error.Message, "secret=[] own=[mine] path=set") {
 		t.Fatalf("error %+v: want the loop to see its own variable and PATH, not the server's secret", st.Error)
+	}
+}
+
+// toolParts returns the last response's tool parts by call ID.
+func toolParts(st *protocol.AIState) map[string]protocol.Part {
+	out := map[string]protocol.Part{}
+	for _, p := range st.Messages[len(st.Messages)-1].Parts {
+		if p.ToolCallID != "" {
+			out[p.ToolCallID] = p
+		}
+	}
+	return out
+}
+
+// sandboxes is a pool of directory sandboxes below a temporary directory.
+func sandboxes(t *testing.T) *sandbox.Pool {
+	return sandbox.NewPool(t.TempDir(), func(dir string) (sandbox.Sandbox, error) { return sandbox.NewDir(dir, sandbox.DirOptions{}) })
+}
+
+// The loop's own tools (its hello's) are A2 tools: A2 runs each call as a
+// tool execution that asks the loop to run its implementation, and serves
+// its sandbox operations against the session's sandbox: a file read, a
+// command whose output streams back, with the sandbox's environment and
+// never the server's (R-HARNESS-22), a path out of the sandbox refused.
+func TestTheLoopsToolsRunAgainstTheSessionsSandbox(t *testing.T) {
+	t.Setenv("A2_TEST_SERVER_SECRET", "sk-do-not-leak")
+	loop := referenceLoop(t)
+	pool := sandboxes(t)
+	ctx := context.Background()
+	loopTools, err := loop.Tools(ctx, pool.Sandbox)
+	if err != nil || len(loopTools) != 2 || loopTools[0].Name != "read_file" || loopTools[1].Name != "run" {
+		t.Fatalf("the loop's tools: %v, %+v", err, loopTools)
+	}
+	sb, err := pool.Sandbox(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.WriteFile(ctx, "notes.txt", strings.NewReader("hello from the sandbox")); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, loop, `{"default":{"toolCalls":[
+		{"id":"r1","name":"read_file","input":{"path":"notes.txt"}},
+		{"id":"r2","name":"run","input":{"command":"echo out; echo err >&2; echo secret=[$A2_TEST_SERVER_SECRET] pwd=$(pwd); exit 3"}},
+		{"id":"r3","name":"read_file","input":{"path":"../outside.txt"}}],
+		"then":{"text":"done"}}}`, loopTools...)
+	st := f.turn("s1", "look around")
+	parts := toolParts(st)
+	if p := parts["r1"]; p.State != "output-available" || string(p.Output) != `"hello from the sandbox"` {
+		t.Fatalf("read_file: %s %s %s", p.State, p.Output, p.ErrorText)
+	}
+	var out string
+	if p := parts["r2"]; p.State != "output-available" || json.Unmarshal(p.Output, &out) != nil {
+		t.Fatalf("run: %s %s %s", p.State, p.Output, p.ErrorText)
+	}
+	if !strings.Contains(out, "out\n") || !strings.Contains(out, "err\n") || !strings.Contains(out, "secret=[] pwd="+sb.WorkDir()) || !strings.HasSuffix(out, "(exit code 3)") {
+		t.Fatalf("run's output %q: want both streams, the sandbox's directory, no server secret, exit code 3", out)
+	}
+	if p := parts["r3"]; p.State != "output-error" || !strings.Contains(p.ErrorText, "EOUTSIDE") {
+		t.Fatalf("a read outside the sandbox: %s %s %q", p.State, p.Output, p.ErrorText)
+	}
+	if got := responseText(st); got != "done|" {
+		t.Fatalf("the response's text %q", got)
+	}
+}
+
+// R-HARNESS-27: a loop's tool moves at most 4 MiB per file read or command:
+// a larger file fails the read, a command whose output passes it is
+// stopped; both errors say to read in parts.
+func TestTheLoopsToolsReadAtMostFourMiB(t *testing.T) {
+	loop := referenceLoop(t)
+	pool := sandboxes(t)
+	ctx := context.Background()
+	loopTools, err := loop.Tools(ctx, pool.Sandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := pool.Sandbox(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.WriteFile(ctx, "big.txt", strings.NewReader(strings.Repeat("x", external.ReadLimit+1))); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.WriteFile(ctx, "edge.txt", strings.NewReader(strings.Repeat("y", external.ReadLimit))); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, loop, `{"default":{"toolCalls":[
+		{"id":"b1","name":"read_file","input":{"path":"big.txt"}},
+		{"id":"b2","name":"read_file","input":{"path":"edge.txt"}},
+		{"id":"b3","name":"run","input":{"command":"head -c 5000000 /dev/zero; echo never"}}],
+		"then":{"text":"done"}}}`, loopTools...)
+	st := f.turn("s1", "read everything")
+	parts := toolParts(st)
+	if p := parts["b1"]; p.State != "output-error" || !strings.Contains(p.ErrorText, "larger than 4 MiB") || !strings.Contains(p.ErrorText, "in parts") {
+		t.Fatalf("a file past 4 MiB: %s %q", p.State, p.ErrorText)
+	}
+	if p := parts["b2"]; p.State != "output-available" || len(p.Output) != external.ReadLimit+2 {
+		t.Fatalf("a file of exactly 4 MiB: %s, %d bytes of output, %q", p.State, len(p.Output), p.ErrorText)
+	}
+	if p := parts["b3"]; p.State != "output-error" || !strings.Contains(p.ErrorText, "passed 4 MiB") || !strings.Contains(p.ErrorText, "in parts") {
+		t.Fatalf("a command past 4 MiB: %s %q", p.State, p.ErrorText)
 	}
 }
 

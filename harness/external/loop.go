@@ -150,6 +150,8 @@ type process struct {
 	wmu sync.Mutex
 	enc *json.Encoder
 
+	hello Message // its hello: its name and the tools it implements
+
 	mu    sync.Mutex
 	runs  map[string]*run
 	err   error
@@ -206,7 +208,8 @@ func (l *Loop) start(ctx context.Context) (*process, error) {
 			p.kill(err)
 			return nil, err
 		}
-		l.log.Info("external: agent loop started", "name", h.Name, "pid", cmd.Process.Pid)
+		l.log.Info("external: agent loop started", "name", h.Name, "pid", cmd.Process.Pid, "tools", len(h.Tools))
+		p.hello = h
 		return p, nil
 	case <-p.done:
 		return nil, p.err

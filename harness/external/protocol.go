@@ -35,6 +35,9 @@ const (
 	TypeDone  = "done"  // the loop ended the run by itself
 	TypeError = "error" // the run failed: message
 	TypeLog   = "log"   // a diagnostic line: level, message
+
+	TypeSandbox  = "sandbox"  // during an execute: a sandbox operation (id, op, path, data, command, timeout)
+	TypeExecuted = "executed" // an execute's result: output, isError
 )
 
 // Message types from A2 to the loop.
@@ -45,6 +48,31 @@ const (
 	TypeToolResult  = "tool-result"  // a recorded tool call's output
 	TypeEnd         = "end"          // the run is over: the loop sends nothing more for it
 	TypeRefused     = "refused"      // a call A2 cannot answer (the run fails)
+
+	TypeExecute       = "execute"        // run one of the loop's tools (session, cwd, toolCallId, toolName, input)
+	TypeSandboxResult = "sandbox-result" // a sandbox operation's answer (id, data, info, exitCode, or code and message)
+	TypeSandboxData   = "sandbox-data"   // a running command's output, before its result (id, data)
+)
+
+// Sandbox operations a loop's tool asks for (Message.Op).
+const (
+	OpRead  = "read"  // path: the file's bytes (data), at most ReadLimit
+	OpWrite = "write" // path, data: the file written, its parents made
+	OpStat  = "stat"  // path: info {type, size}
+	OpMkdir = "mkdir" // path: a directory may be made there (writes make parents)
+	OpExec  = "exec"  // command (sh -c), path (its directory), timeout (s): sandbox-data, then exitCode
+)
+
+// Error codes of a sandbox-result (Message.Code).
+const (
+	CodeNotFound  = "ENOENT"    // no such file
+	CodeIsDir     = "EISDIR"    // a file operation on a directory
+	CodeNotDir    = "ENOTDIR"   // a directory wanted where a file is
+	CodeOutside   = "EOUTSIDE"  // the path leads out of the sandbox's working directory
+	CodeLimit     = "ELIMIT"    // past 4 MiB (a file read, a command's output)
+	CodeTimedOut  = "ETIMEDOUT" // the command ran past its time limit
+	CodeCancelled = "ECANCELED" // the tool call was cancelled
+	CodeFailed    = "EIO"       // anything else
 )
 
 // Message is one line of the protocol, in either direction; each type uses
@@ -53,7 +81,7 @@ type Message struct {
 	Type string `json:"type"`
 	Run  string `json:"run,omitempty"`
 
-	// hello
+	// hello (Tools: the tools the loop implements)
 	Protocol int    `json:"protocol,omitempty"`
 	Name     string `json:"name,omitempty"`
 
@@ -86,4 +114,24 @@ type Message struct {
 	// error, refused, log, end
 	Message string `json:"message,omitempty"`
 	Level   string `json:"level,omitempty"`
+
+	// execute, sandbox, sandbox-result, sandbox-data, executed
+	Cwd      string    `json:"cwd,omitempty"`
+	ID       int       `json:"id,omitempty"`
+	Op       string    `json:"op,omitempty"`
+	Path     string    `json:"path,omitempty"`
+	Data     []byte    `json:"data,omitempty"` // base64 in JSON
+	Command  string    `json:"command,omitempty"`
+	Timeout  float64   `json:"timeout,omitempty"`
+	Info     *FileInfo `json:"info,omitempty"`
+	ExitCode *int      `json:"exitCode,omitempty"`
+	Code     string    `json:"code,omitempty"`
+	IsError  bool      `json:"isError,omitempty"`
+}
+
+// FileInfo is a stat's answer: type "file", "directory" or "other", and
+// the size in bytes.
+type FileInfo struct {
+	Type string `json:"type"`
+	Size int64  `json:"size"`
 }

@@ -7,6 +7,9 @@
 //
 //   node reference-loop.mjs
 //
+// It implements two tools of its own, run against the session's sandbox
+// through A2: read_file (a text file) and run (a shell command).
+//
 // For A2's tests it also reads: REFLOOP_SYSTEM (its system prompt, put
 // before the run's instructions), REFLOOP_EXIT_ON_RUN=n (exit at its n-th
 // run, as a crash), REFLOOP_GARBAGE_ON_RUN=n (write a line that is not
@@ -68,9 +71,74 @@ async function respond(r) {
   send({ type: "error", run: r.run, message: `more than ${maxCalls} model calls` });
 }
 
+// The tools this loop implements: A2 runs them by sending execute, and
+// serves the sandbox operations they ask for.
+const loopTools = [
+  {
+    name: "read_file",
+    description: "Reads a text file of the sandbox.",
+    inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"], additionalProperties: false },
+  },
+  {
+    name: "run",
+    description: "Runs a shell command in the sandbox and returns its output and exit code.",
+    inputSchema: {
+      type: "object",
+      properties: { command: { type: "string" }, timeout: { type: "number" } },
+      required: ["command"],
+      additionalProperties: false,
+    },
+  },
+];
+
+let sandboxIDs = 0;
+
+// sandboxOp asks A2 for a sandbox operation of an execution; a command's
+// output comes as sandbox-data before its result.
+async function sandboxOp(run, op, fields, onData) {
+  const id = ++sandboxIDs;
+  send({ type: "sandbox", run, id, op, ...fields });
+  for (;;) {
+    const m = await next(run);
+    if (m.id !== id) continue;
+    if (m.type === "sandbox-data") {
+      if (onData) onData(Buffer.from(m.data || "", "base64"));
+      continue;
+    }
+    if (m.type === "sandbox-result") {
+      if (m.code) throw new Error(`${m.code}: ${m.message}`);
+      return m;
+    }
+  }
+}
+
+async function execute(x) {
+  const input = x.input || {};
+  if (x.toolName === "read_file") {
+    const res = await sandboxOp(x.run, "read", { path: input.path });
+    return Buffer.from(res.data || "", "base64").toString("utf8");
+  }
+  if (x.toolName === "run") {
+    const chunks = [];
+    const res = await sandboxOp(x.run, "exec", { command: input.command, timeout: input.timeout }, (b) => chunks.push(b));
+    return Buffer.concat(chunks).toString("utf8") + `\n(exit code ${res.exitCode})`;
+  }
+  throw new Error(`no tool ${x.toolName}`);
+}
+
 const lines = createInterface({ input: process.stdin });
 lines.on("line", (line) => {
   const m = JSON.parse(line);
+  if (m.type === "execute") {
+    queue(m.run);
+    execute(m)
+      .then((text) => send({ type: "executed", run: m.run, output: { type: "text", value: text } }))
+      .catch((err) => {
+        if (err.message !== ENDED) send({ type: "executed", run: m.run, isError: true, output: { type: "error-text", value: String(err.message || err) } });
+      })
+      .finally(() => queues.delete(m.run));
+    return;
+  }
   if (m.type === "run") {
     runs++;
     if (Number(env.REFLOOP_EXIT_ON_RUN) === runs) process.exit(3);
@@ -99,4 +167,4 @@ lines.on("line", (line) => {
 });
 lines.on("close", () => process.exit(0));
 
-send({ type: "hello", protocol: 1, name: "reference" });
+send({ type: "hello", protocol: 1, name: "reference", tools: loopTools });
