@@ -58,11 +58,21 @@ func (c *countingModels) requests() []harness.Request {
 // env; the test skips where node is not installed.
 func referenceLoop(t *testing.T, env ...string) *external.Loop {
 	t.Helper()
+	return referenceLoopIn(t, nil, env...)
+}
+
+// referenceLoopIn starts the reference loop with the sandboxes of a pool.
+func referenceLoopIn(t *testing.T, pool *sandbox.Pool, env ...string) *external.Loop {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node (Node.js 18 or later) is not on PATH: the reference loop is JavaScript; install Node.js and run go test ./harness/external")
 	}
-	l, err := external.New(external.Options{Command: []string{node, "reference-loop.mjs"}, Env: append([]string{"REFLOOP_SYSTEM=" + loopSystem}, env...)})
+	opts := external.Options{Command: []string{node, "reference-loop.mjs"}, Env: append([]string{"REFLOOP_SYSTEM=" + loopSystem}, env...)}
+	if pool != nil {
+		opts.Sandboxes = pool.Sandbox
+	}
+	l, err := external.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,10 +303,10 @@ func sandboxes(t *testing.T) *sandbox.Pool {
 // never the server's (R-HARNESS-22), a path out of the sandbox refused.
 func TestTheLoopsToolsRunAgainstTheSessionsSandbox(t *testing.T) {
 	t.Setenv("A2_TEST_SERVER_SECRET", "sk-do-not-leak")
-	loop := referenceLoop(t)
 	pool := sandboxes(t)
+	loop := referenceLoopIn(t, pool)
 	ctx := context.Background()
-	loopTools, err := loop.Tools(ctx, pool.Sandbox)
+	loopTools, err := loop.Tools(ctx)
 	if err != nil || len(loopTools) != 2 || loopTools[0].Name != "read_file" || loopTools[1].Name != "run" {
 		t.Fatalf("the loop's tools: %v, %+v", err, loopTools)
 	}
@@ -336,10 +346,10 @@ func TestTheLoopsToolsRunAgainstTheSessionsSandbox(t *testing.T) {
 // a larger file fails the read, a command whose output passes it is
 // stopped; both errors say to read in parts.
 func TestTheLoopsToolsReadAtMostFourMiB(t *testing.T) {
-	loop := referenceLoop(t)
 	pool := sandboxes(t)
+	loop := referenceLoopIn(t, pool)
 	ctx := context.Background()
-	loopTools, err := loop.Tools(ctx, pool.Sandbox)
+	loopTools, err := loop.Tools(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

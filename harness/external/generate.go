@@ -42,8 +42,18 @@ const maxRunAttempts = 3
 func (s *step) open() error {
 	s.attempts++
 	model, settings := s.gc.Model, s.gc.Generation
+	var cwd string
+	if sandboxes := s.l.opts.Sandboxes; sandboxes != nil {
+		// A sandbox that cannot be had fails the attempt, which A2
+		// retries (R-HARNESS-24).
+		sb, err := sandboxes(s.ctx, s.gc.Event.Session)
+		if err != nil {
+			return fmt.Errorf("external: the session's sandbox: %w", err)
+		}
+		cwd = sb.WorkDir()
+	}
 	r, err := s.l.open(s.ctx, Message{Type: TypeRun, Run: s.l.newRunID(s.gc.GenerationID), Session: s.gc.Event.Session, Generation: s.gc.GenerationID,
-		Model: &model, Instructions: s.gc.Instructions, Settings: &settings, Messages: s.history, Tools: s.gc.Tools})
+		Model: &model, Instructions: s.gc.Instructions, Settings: &settings, Messages: s.history, Tools: s.gc.Tools, Cwd: cwd})
 	if err != nil {
 		return err
 	}

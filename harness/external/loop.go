@@ -33,6 +33,10 @@ type Options struct {
 	Logger *slog.Logger
 	// StartTimeout bounds the wait for a started loop's hello; 0 is 30 s.
 	StartTimeout time.Duration
+	// Sandboxes resolves a session's sandbox: the loop's tools (Tools)
+	// work on it, and each run names its working directory (cwd). Nil:
+	// the loop has no sandbox.
+	Sandboxes SandboxFor
 }
 
 // ErrExited is the error of the runs in flight when their loop's process

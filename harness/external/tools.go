@@ -31,11 +31,12 @@ type SandboxFor func(ctx context.Context, session string) (sandbox.Sandbox, erro
 // Tools returns the tools the loop implements (those its hello lists) as
 // A2 tools, for the agent's Tools: each execution asks the loop to run its
 // own implementation (Pi's read, write, edit and bash) and serves the
-// sandbox operations it asks for against the session's sandbox. It starts
-// the loop's process to learn them.
-func (l *Loop) Tools(ctx context.Context, sandboxes SandboxFor) ([]tools.Tool, error) {
+// sandbox operations it asks for against the session's sandbox
+// (Options.Sandboxes). It starts the loop's process to learn them.
+func (l *Loop) Tools(ctx context.Context) ([]tools.Tool, error) {
+	sandboxes := l.opts.Sandboxes
 	if sandboxes == nil {
-		return nil, errors.New("external: Tools needs a sandbox for each session")
+		return nil, errors.New("external: the loop's tools need Options.Sandboxes, a sandbox for each session")
 	}
 	p, err := l.process(ctx)
 	if err != nil {
