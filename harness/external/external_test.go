@@ -7,19 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/external"
-	"github.com/a2-runtime/a2/harness/script"
-	"github.com/a2-runtime/a2/internal/testutil"
-	pebblestore "github.com/a2-runtime/a2/persistence/pebble"
+	"github.com/a2-runtime/a2/harness/external/externaltest"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
 	"github.com/a2-runtime/a2/tools/sandbox"
@@ -30,29 +25,6 @@ import (
 const turnScript = `{"default":{"text":"let me check","toolCalls":[{"id":"c1","name":"calculator","input":{"expression":"6*7"}}],"then":{"text":"the answer is forty two"}}}`
 
 const loopSystem = "You are the reference loop."
-
-// countingModels serves the script model and records every request it
-// gets: what the loop made the model see, and how many live calls ran.
-type countingModels struct {
-	model harness.Model
-	mu    sync.Mutex
-	reqs  []harness.Request
-}
-
-func (c *countingModels) provider(string) (harness.Model, error) { return c, nil }
-
-func (c *countingModels) Stream(ctx context.Context, req harness.Request) (harness.Stream, error) {
-	c.mu.Lock()
-	c.reqs = append(c.reqs, req)
-	c.mu.Unlock()
-	return c.model.Stream(ctx, req)
-}
-
-func (c *countingModels) requests() []harness.Request {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]harness.Request(nil), c.reqs...)
-}
 
 // referenceLoop starts the reference loop (node reference-loop.mjs) with
 // env; the test skips where node is not installed.
@@ -80,63 +52,32 @@ func referenceLoopIn(t *testing.T, pool *sandbox.Pool, env ...string) *external.
 	return l
 }
 
-// fixture is a runtime with one agent whose steps run through loop.
+// fixture is a runtime with one agent whose steps run through loop, with
+// a calculator tool that counts its runs.
 type fixture struct {
-	t      *testing.T
-	rt     *actors.Runtime
-	models *countingModels
+	*externaltest.Runtime
+	models *externaltest.Models
 	runs   atomic.Int32 // the calculator's executions
 }
 
 func newFixture(t *testing.T, loop *external.Loop, scriptJSON string, extra ...tools.Tool) *fixture {
 	t.Helper()
-	sc, err := script.Parse([]byte(scriptJSON))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, models: &countingModels{model: script.New(sc)}}
+	f := &fixture{models: externaltest.NewModels(t, scriptJSON)}
 	calc := tools.Tool{Name: "calculator", Description: "Evaluates arithmetic.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"]}`),
 		Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
 			f.runs.Add(1)
 			return json.RawMessage(`{"result":42}`), nil
 		}}
-	a, err := actors.NewAgent(actors.AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"), Instructions: harness.Instructions("Be brief."),
-		Models: f.models.provider, Tools: append([]tools.Tool{calc}, extra...),
-		Harness: actors.HarnessOptions{Generate: loop.Generate(f.models.provider)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem(), Logger: testutil.QuietPebble{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.rt, err = actors.New(st, []*actors.Agent{a}, actors.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.rt.Close(); _ = st.Close() })
+	f.Runtime = externaltest.Start(t, actors.AgentOptions{Model: harness.ModelID("script/test"), Instructions: harness.Instructions("Be brief."),
+		Models: f.models.Provider, Tools: append([]tools.Tool{calc}, extra...),
+		Harness: actors.HarnessOptions{Generate: loop.Generate(f.models.Provider)}})
 	return f
 }
 
 // turn pushes a message and waits (bounded) until the session settles.
 func (f *fixture) turn(session, text string) *protocol.AIState {
-	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := f.rt.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text("m-"+session, text)}, false); err != nil {
-		f.t.Fatal(err)
-	}
-	for {
-		st, _, err := f.rt.State(ctx, "assistant", session)
-		if err != nil {
-			f.t.Fatalf("the session did not settle: %v", err)
-		}
-		if (st.AI.Idle() && len(st.AI.Messages) >= 2) || st.AI.Status == protocol.StatusFailed {
-			return st.AI
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return f.Turn(session, text, 20*time.Second)
 }
 
 func responseText(st *protocol.AIState) string {
@@ -164,7 +105,7 @@ func TestAResponseThroughTheReferenceLoop(t *testing.T) {
 	if n := f.runs.Load(); n != 1 {
 		t.Fatalf("the calculator ran %d times, want once (the replay answers it from the log)", n)
 	}
-	reqs := f.models.requests()
+	reqs := f.models.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("the model was called %d times, want 2 (a step each; the replayed call is answered from the log)", len(reqs))
 	}
@@ -195,7 +136,7 @@ func TestALoopThatDiesDuringTheReplayIsStartedAgain(t *testing.T) {
 	if got := responseText(st); got != "let me check|the answer is forty two|" {
 		t.Fatalf("the response's text: %q (status %s, error %+v)", got, st.Status, st.Error)
 	}
-	if n, calls := f.runs.Load(), len(f.models.requests()); n != 1 || calls != 2 {
+	if n, calls := f.runs.Load(), len(f.models.Requests()); n != 1 || calls != 2 {
 		t.Fatalf("the calculator ran %d times and the model %d; want once and twice", n, calls)
 	}
 }
@@ -209,7 +150,7 @@ func TestALoopThatBreaksTheProtocolFailsTheStep(t *testing.T) {
 	if st.Status != protocol.StatusFailed || st.Error == nil || !strings.Contains(st.Error.Message, "not the protocol") {
 		t.Fatalf("status %s, error %+v: want the generation failed because the loop's output is not the protocol", st.Status, st.Error)
 	}
-	if calls := len(f.models.requests()); calls != 0 {
+	if calls := len(f.models.Requests()); calls != 0 {
 		t.Fatalf("the model was called %d times by a loop that broke the protocol", calls)
 	}
 }
@@ -254,7 +195,7 @@ func TestBadLoops(t *testing.T) {
 			if st.Status != protocol.StatusFailed || st.Error == nil || !strings.Contains(st.Error.Message, tc.want) {
 				t.Fatalf("status %s, error %+v: want the generation failed with %q", st.Status, st.Error, tc.want)
 			}
-			if calls := len(f.models.requests()); calls != 0 {
+			if calls := len(f.models.Requests()); calls != 0 {
 				t.Fatalf("the model was called %d times", calls)
 			}
 		})
@@ -278,17 +219,6 @@ cat >/dev/null`
 	if st.Error == nil || !strings.Contains(st.Error.Message, "secret=[] own=[mine] path=set") {
 		t.Fatalf("error %+v: want the loop to see its own variable and PATH, not the server's secret", st.Error)
 	}
-}
-
-// toolParts returns the last response's tool parts by call ID.
-func toolParts(st *protocol.AIState) map[string]protocol.Part {
-	out := map[string]protocol.Part{}
-	for _, p := range st.Messages[len(st.Messages)-1].Parts {
-		if p.ToolCallID != "" {
-			out[p.ToolCallID] = p
-		}
-	}
-	return out
 }
 
 // sandboxes is a pool of directory sandboxes below a temporary directory.
@@ -323,7 +253,7 @@ func TestTheLoopsToolsRunAgainstTheSessionsSandbox(t *testing.T) {
 		{"id":"r3","name":"read_file","input":{"path":"../outside.txt"}}],
 		"then":{"text":"done"}}}`, loopTools...)
 	st := f.turn("s1", "look around")
-	parts := toolParts(st)
+	parts := externaltest.ToolParts(st)
 	if p := parts["r1"]; p.State != "output-available" || string(p.Output) != `"hello from the sandbox"` {
 		t.Fatalf("read_file: %s %s %s", p.State, p.Output, p.ErrorText)
 	}
@@ -369,7 +299,7 @@ func TestTheLoopsToolsReadAtMostFourMiB(t *testing.T) {
 		{"id":"b3","name":"run","input":{"command":"head -c 5000000 /dev/zero; echo never"}}],
 		"then":{"text":"done"}}}`, loopTools...)
 	st := f.turn("s1", "read everything")
-	parts := toolParts(st)
+	parts := externaltest.ToolParts(st)
 	if p := parts["b1"]; p.State != "output-error" || !strings.Contains(p.ErrorText, "larger than 4 MiB") || !strings.Contains(p.ErrorText, "in parts") {
 		t.Fatalf("a file past 4 MiB: %s %q", p.State, p.ErrorText)
 	}

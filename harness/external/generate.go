@@ -44,8 +44,8 @@ func (s *step) open() error {
 	model, settings := s.gc.Model, s.gc.Generation
 	var cwd string
 	if sandboxes := s.l.opts.Sandboxes; sandboxes != nil {
-		// A sandbox that cannot be had fails the attempt, which A2
-		// retries (R-HARNESS-24).
+		// A sandbox that cannot be had fails the step (as a provider's
+		// error does; the reference retries the attempt, A2 does not yet).
 		sb, err := sandboxes(s.ctx, s.gc.Event.Session)
 		if err != nil {
 			return fmt.Errorf("external: the session's sandbox: %w", err)

