@@ -72,6 +72,13 @@ func New(ctx context.Context, o Options) (*Harness, error) {
 		_ = loop.Close()
 		return nil, fmt.Errorf("pi: start the sidecar: %w", err)
 	}
+	for i := range ts {
+		if ts[i].Name == "bash" {
+			// A command interrupted by a crash is reported, not run again:
+			// it may have had effects outside the sandbox's files.
+			ts[i].Recovery = "report"
+		}
+	}
 	return &Harness{loop: loop, tools: ts}, nil
 }
 

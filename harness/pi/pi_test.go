@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/harness"
+	"github.com/a2-runtime/a2/harness/external"
 	"github.com/a2-runtime/a2/harness/external/externaltest"
 	"github.com/a2-runtime/a2/harness/pi"
 	"github.com/a2-runtime/a2/protocol"
@@ -70,6 +72,9 @@ func TestAResponseThroughPi(t *testing.T) {
 	names := map[string]bool{}
 	for _, tool := range h.Tools() {
 		names[tool.Name] = true
+		if want := map[bool]string{true: "report", false: ""}[tool.Name == "bash"]; tool.Recovery != want {
+			t.Fatalf("Pi's %s has recovery %q, want %q (a command cut off by a crash is reported, not run again)", tool.Name, tool.Recovery, want)
+		}
 	}
 	if len(names) != 4 || !names["read"] || !names["write"] || !names["edit"] || !names["bash"] {
 		t.Fatalf("Pi's tools: %v", names)
@@ -142,6 +147,104 @@ func TestAResponseThroughPi(t *testing.T) {
 	if last := reqs[2].Messages; len(last) != 5 || last[4].Role != harness.ModelRoleTool || len(last[4].Content) != 2 {
 		b, _ := json.Marshal(last)
 		t.Fatalf("the third call's messages: %s", b)
+	}
+}
+
+// dirPool is a pool of directory sandboxes below a temporary directory.
+func dirPool(t *testing.T) *sandbox.Pool {
+	return sandbox.NewPool(t.TempDir(), func(dir string) (sandbox.Sandbox, error) { return sandbox.NewDir(dir, sandbox.DirOptions{}) })
+}
+
+// readFile reads a file of a session's sandbox ("" when there is none).
+func readFile(t *testing.T, pool *sandbox.Pool, session, path string) string {
+	t.Helper()
+	sb, err := pool.Sandbox(context.Background(), session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := sb.ReadFile(context.Background(), path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// R-HARNESS-07 R-HARNESS-26: Pi writes, edits and reads a file and runs a
+// command, and the node restarts in the middle of the response (once the
+// command has run): the new runtime resumes from the log, replaying to Pi
+// what was recorded, and no tool runs again (the command appends a line
+// to a file each time it runs). The sandbox's files are the check.
+func TestPiResumesAfterACrashWithoutRunningAToolAgain(t *testing.T) {
+	pool := dirPool(t)
+	h := startPi(t, pool)
+	f := newFixture(t, h, `{"default":{"toolCalls":[{"id":"w1","name":"write","input":{"path":"notes.txt","content":"alpha\n"}}],
+		"then":{"toolCalls":[{"id":"e1","name":"edit","input":{"path":"notes.txt","edits":[{"oldText":"alpha","newText":"beta"}]}},
+			{"id":"b1","name":"bash","input":{"command":"echo ran >> runs.txt; cat notes.txt"}}],
+		"then":{"text":"reading it back","chunkSize":2,"delayMs":100,"toolCalls":[{"id":"r1","name":"read","input":{"path":"notes.txt"}}],
+		"then":{"text":"done"}}}}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := f.RT.Push(ctx, "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m1", "rename alpha")}, false); err != nil {
+		t.Fatal(err)
+	}
+	// The third step streams slowly (100 ms a chunk): the restart cuts
+	// the response off in the middle.
+	at := f.Wait("s1", 30*time.Second, "the command's completion", func(st *protocol.AIState) bool {
+		return st.Tools["b1"].Status == "completed"
+	})
+	if externaltest.Settled(at) {
+		t.Fatal("the response ended before the restart: the crash point is not in the middle")
+	}
+	f.Restart()
+	st := f.Wait("s1", 60*time.Second, "the response's end after the restart", externaltest.Settled)
+	if st.Status == protocol.StatusFailed {
+		t.Fatalf("the response failed after the restart: %+v", st.Error)
+	}
+	parts := externaltest.ToolParts(st)
+	for _, id := range []string{"w1", "e1", "b1", "r1"} {
+		if parts[id].State != "output-available" {
+			t.Fatalf("%s: %s %q", id, parts[id].State, parts[id].ErrorText)
+		}
+	}
+	if got := readFile(t, pool, "s1", "notes.txt"); got != "beta\n" {
+		t.Fatalf("notes.txt is %q, want the edited %q", got, "beta\n")
+	}
+	if got := readFile(t, pool, "s1", "runs.txt"); got != "ran\n" {
+		t.Fatalf("runs.txt is %q: the command ran %d times, want once", got, strings.Count(got, "ran"))
+	}
+	if s := string(parts["r1"].Output); !strings.Contains(s, "beta") {
+		t.Fatalf("read after the edit: %s", s)
+	}
+	if n := len(f.models.Requests()); n < 4 || n > 5 {
+		t.Fatalf("%d live model calls: want the 4 steps' (5 when the restart cut one off mid-stream)", n)
+	}
+}
+
+// R-HARNESS-27: Pi's read of a file past 4 MiB is refused with an error
+// that says to read in parts; the file of exactly 4 MiB is read.
+func TestPiReadsAtMostFourMiB(t *testing.T) {
+	pool := dirPool(t)
+	h := startPi(t, pool)
+	sb, err := pool.Sandbox(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.WriteFile(context.Background(), "big.txt", strings.NewReader(strings.Repeat("x\n", external.ReadLimit/2)+"x")); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, h, `{"default":{"toolCalls":[{"id":"r1","name":"read","input":{"path":"big.txt"}}],"then":{"text":"done"}}}`)
+	st := f.turn("s1", "read the big file")
+	p := externaltest.ToolParts(st)["r1"]
+	if p.State != "output-error" || !strings.Contains(p.ErrorText, "larger than 4 MiB") || !strings.Contains(p.ErrorText, "in parts") {
+		t.Fatalf("Pi's read of a file past 4 MiB: %s %q", p.State, p.ErrorText)
 	}
 }
 

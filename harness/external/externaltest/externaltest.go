@@ -59,8 +59,11 @@ func (m *Models) Requests() []harness.Request {
 
 // Runtime is a runtime of one agent, named "assistant".
 type Runtime struct {
-	t  testing.TB
-	RT *actors.Runtime
+	t     testing.TB
+	agent *actors.Agent
+	fs    vfs.FS
+	store *pebblestore.Store
+	RT    *actors.Runtime
 }
 
 // Start starts a runtime of the agent o describes (its name set to
@@ -72,16 +75,74 @@ func Start(t testing.TB, o actors.AgentOptions) *Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := pebblestore.Open("data", pebblestore.Options{FS: vfs.NewMem(), Logger: testutil.QuietPebble{}})
+	r := &Runtime{t: t, agent: a, fs: vfs.NewMem()}
+	r.open()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *Runtime) open() {
+	r.t.Helper()
+	st, err := pebblestore.Open("data", pebblestore.Options{FS: r.fs, Logger: testutil.QuietPebble{}})
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	rt, err := actors.New(st, []*actors.Agent{a}, actors.Options{})
+	rt, err := actors.New(st, []*actors.Agent{r.agent}, actors.Options{})
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	t.Cleanup(func() { rt.Close(); _ = st.Close() })
-	return &Runtime{t: t, RT: rt}
+	r.store, r.RT = st, rt
+}
+
+func (r *Runtime) close() {
+	if r.RT != nil {
+		r.RT.Close()
+		_ = r.store.Close()
+		r.RT = nil
+	}
+}
+
+// Restart closes the runtime where it is, its work in flight cut off, and
+// opens a new one on the same store, as a node that restarts does; the
+// new one resumes the sessions' work from the log.
+func (r *Runtime) Restart() {
+	r.t.Helper()
+	r.close()
+	r.open()
+}
+
+// State reads a session's state; the test fails on an error.
+func (r *Runtime) State(session string) *protocol.AIState {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, _, err := r.RT.State(ctx, "assistant", session)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return st.AI
+}
+
+// Wait polls a session's state, up to within, until cond holds.
+func (r *Runtime) Wait(session string, within time.Duration, what string, cond func(*protocol.AIState) bool) *protocol.AIState {
+	r.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st := r.State(session)
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.Marshal(st)
+			r.t.Fatalf("%s did not happen within %s; the state: %s", what, within, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Settled reports whether a session is idle with a response, or failed.
+func Settled(st *protocol.AIState) bool {
+	return (st.Idle() && len(st.Messages) >= 2) || st.Status == protocol.StatusFailed
 }
 
 // Turn pushes a user message and waits, up to within, until the session
@@ -94,19 +155,7 @@ func (r *Runtime) Turn(session, text string, within time.Duration) *protocol.AIS
 	if _, err := r.RT.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text("m-"+session, text)}, false); err != nil {
 		r.t.Fatal(err)
 	}
-	var last *protocol.AIState
-	for {
-		st, _, err := r.RT.State(ctx, "assistant", session)
-		if err != nil {
-			b, _ := json.Marshal(last)
-			r.t.Fatalf("the session did not settle: %v; its state: %s", err, b)
-		}
-		last = st.AI
-		if (st.AI.Idle() && len(st.AI.Messages) >= 2) || st.AI.Status == protocol.StatusFailed {
-			return st.AI
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return r.Wait(session, within, "the session's settling", Settled)
 }
 
 // ToolParts are the last response's tool parts by call ID.
