@@ -61,6 +61,11 @@ type HarnessOptions struct {
 	// stays off unless Compaction, CustomCompaction or CompactionFunc is
 	// set (R-GEN-30). An error fails the turn once, like a provider error.
 	Generate func(context.Context, GenerateContext) (harness.Stream, error)
+	// Loop says that Generate runs an agent loop of its own (an external
+	// harness, Pi's): the loop's tool calls run without approval, so an
+	// agent tool that asks for one (NeedsApproval) is refused at
+	// construction (R-HARNESS-05). harness/external and harness/pi set it.
+	Loop bool
 }
 
 // GenerateContext is what a custom Generate, and MessageMetadata, receive
@@ -197,6 +202,17 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	// (R-CONTRACT-15).
 	if c, err = c.WithHandlers(names); err != nil {
 		return nil, err
+	}
+	if o.Harness.Loop {
+		if o.Harness.Generate == nil {
+			return nil, &protocol.ConfigError{Option: "harness.loop", Message: "is set without harness.generate, the loop that runs the steps"}
+		}
+		for i, t := range o.Tools {
+			if t.NeedsApproval != nil {
+				return nil, &protocol.ConfigError{Option: fmt.Sprintf("tools[%d].needsApproval", i),
+					Message: fmt.Sprintf("tool %q asks for approval, but a harness that runs its own loop runs its tools without approval: remove NeedsApproval or use the default harness", t.Name)}
+			}
+		}
 	}
 	if strings.ContainsAny(o.ToolLane, " \t\n") {
 		return nil, &protocol.ConfigError{Option: "toolLane", Message: "must be a name without spaces"}

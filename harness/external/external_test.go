@@ -3,6 +3,7 @@ package external_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -71,7 +72,7 @@ func newFixture(t *testing.T, loop *external.Loop, scriptJSON string, extra ...t
 		}}
 	f.Runtime = externaltest.Start(t, actors.AgentOptions{Model: harness.ModelID("script/test"), Instructions: harness.Instructions("Be brief."),
 		Models: f.models.Provider, Tools: append([]tools.Tool{calc}, extra...),
-		Harness: actors.HarnessOptions{Generate: loop.Generate(f.models.Provider)}})
+		Harness: loop.HarnessOptions(f.models.Provider)})
 	return f
 }
 
@@ -308,6 +309,29 @@ func TestTheLoopsToolsReadAtMostFourMiB(t *testing.T) {
 	}
 	if p := parts["b3"]; p.State != "output-error" || !strings.Contains(p.ErrorText, "passed 4 MiB") || !strings.Contains(p.ErrorText, "in parts") {
 		t.Fatalf("a command past 4 MiB: %s %q", p.State, p.ErrorText)
+	}
+}
+
+// R-HARNESS-05: under a harness that runs its own loop, tools run without
+// approval: an agent tool that asks for one is refused at construction.
+func TestALoopRefusesToolsThatNeedApproval(t *testing.T) {
+	loop, err := external.New(external.Options{Command: []string{"/bin/false"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := externaltest.NewModels(t, turnScript)
+	ask := tools.Tool{Name: "delete_all", Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) { return nil, nil },
+		NeedsApproval: func(json.RawMessage) bool { return true }}
+	_, err = actors.NewAgent(actors.AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"), Models: models.Provider,
+		Tools: []tools.Tool{ask}, Harness: loop.HarnessOptions(models.Provider)})
+	var ce *protocol.ConfigError
+	if !errors.As(err, &ce) || ce.Option != "tools[0].needsApproval" || !strings.Contains(ce.Message, "without approval") {
+		t.Fatalf("an agent with a tool that needs approval under a loop: %v, want a construction error", err)
+	}
+	// The same tool under the default harness is fine.
+	if _, err := actors.NewAgent(actors.AgentOptions{Name: "assistant", Model: harness.ModelID("script/test"), Models: models.Provider,
+		Tools: []tools.Tool{ask}}); err != nil {
+		t.Fatal(err)
 	}
 }
 

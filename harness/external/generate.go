@@ -13,6 +13,12 @@ import (
 	"github.com/a2-runtime/a2/protocol"
 )
 
+// HarnessOptions are the agent's harness options for this loop: Generate,
+// and Loop (its tools run without approval, R-HARNESS-05).
+func (l *Loop) HarnessOptions(models actors.ModelProvider) actors.HarnessOptions {
+	return actors.HarnessOptions{Generate: l.Generate(models), Loop: true}
+}
+
 // Generate returns the agent's custom generate (actors.HarnessOptions.
 // Generate) that runs each model step through the loop. models serves the
 // live model call: the agent's own models, so that every provider A2 has,

@@ -21,7 +21,6 @@ import (
 	"runtime"
 
 	"github.com/a2-runtime/a2/actors"
-	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/external"
 	"github.com/a2-runtime/a2/tools"
 )
@@ -87,10 +86,11 @@ func New(ctx context.Context, o Options) (*Harness, error) {
 // (R-HARNESS-19), so leave Pi's out then.
 func (h *Harness) Tools() []tools.Tool { return h.tools }
 
-// Generate is the agent's HarnessOptions.Generate: each model call Pi
-// makes is a step, made live through models.
-func (h *Harness) Generate(models actors.ModelProvider) func(context.Context, actors.GenerateContext) (harness.Stream, error) {
-	return h.loop.Generate(models)
+// HarnessOptions are the agent's harness options: each model call Pi
+// makes is a step, made live through models; the agent's tools run
+// without approval (R-HARNESS-05).
+func (h *Harness) HarnessOptions(models actors.ModelProvider) actors.HarnessOptions {
+	return h.loop.HarnessOptions(models)
 }
 
 // Close ends the sidecar.

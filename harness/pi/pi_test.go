@@ -50,7 +50,7 @@ func newFixture(t *testing.T, h *pi.Harness, scriptJSON string, agentTools ...to
 	t.Helper()
 	f := &fixture{models: externaltest.NewModels(t, scriptJSON)}
 	f.Runtime = externaltest.Start(t, actors.AgentOptions{Model: harness.ModelID("script/test"), Instructions: harness.Instructions("Answer in one word."),
-		Models: f.models.Provider, Tools: withTools(h.Tools(), agentTools), Harness: actors.HarnessOptions{Generate: h.Generate(f.models.Provider)}})
+		Models: f.models.Provider, Tools: withTools(h.Tools(), agentTools), Harness: h.HarnessOptions(f.models.Provider)})
 	return f
 }
 
