@@ -248,6 +248,49 @@ func TestPiReadsAtMostFourMiB(t *testing.T) {
 	}
 }
 
+// R-HARNESS-06: a user message reaches Pi as its text and images (an
+// image from a data: URL reaches the model through Pi); a message with
+// any other file fails its turn, saying why.
+func TestPiTakesTextAndImagesOnly(t *testing.T) {
+	h := startPi(t, dirPool(t))
+	f := newFixture(t, h, `{"default":{"text":"a red pixel"}}`)
+	const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+	send := func(session string, file protocol.Part) *protocol.AIState {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		m := protocol.UIMessage{ID: "m-" + session, Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: "what is this?"}, file}}
+		if _, err := f.RT.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Message(m, protocol.MessageOptions{})}, false); err != nil {
+			t.Fatal(err)
+		}
+		return f.Wait(session, 30*time.Second, "the turn's end", externaltest.Settled)
+	}
+	st := send("s1", protocol.Part{Type: protocol.PartFile, MediaType: "image/png", URL: "data:image/png;base64," + png})
+	if st.Status == protocol.StatusFailed {
+		t.Fatalf("a message with an image failed: %+v", st.Error)
+	}
+	reqs := f.models.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d model calls, want 1", len(reqs))
+	}
+	user := reqs[0].Messages[len(reqs[0].Messages)-1]
+	var text, image bool
+	for _, p := range user.Content {
+		text = text || (p.Type == harness.ContentText && p.Text == "what is this?")
+		image = image || (p.Type == harness.ContentFile && p.MediaType == "image/png" && strings.HasSuffix(p.Data, png))
+	}
+	if user.Role != harness.ModelRoleUser || !text || !image {
+		b, _ := json.Marshal(user)
+		t.Fatalf("the model's last message %s: want the user's text and image", b)
+	}
+	st = send("s2", protocol.Part{Type: protocol.PartFile, MediaType: "application/pdf", Filename: "report.pdf", URL: "data:application/pdf;base64,JVBERi0xLjQK"})
+	if st.Status != protocol.StatusFailed || st.Error == nil || !strings.Contains(st.Error.Message, "application/pdf") || !strings.Contains(st.Error.Message, "fails the turn") {
+		t.Fatalf("a message with a PDF: status %s, error %+v; want the turn failed, naming the file's type", st.Status, st.Error)
+	}
+	if n := len(f.models.Requests()); n != 1 {
+		t.Fatalf("the PDF's turn made %d model calls", n-1)
+	}
+}
+
 // withTools is Pi's tools and the agent's, an agent tool replacing Pi's of
 // the same name.
 func withTools(pis, agents []tools.Tool) []tools.Tool {

@@ -188,20 +188,53 @@ function outputText(output) {
   return JSON.stringify(output.value);
 }
 
+// userContent is a user message's text and images, as Pi takes them
+// (R-HARNESS-06): an image from a data: URL, or fetched from an https:
+// one; any other file fails the turn. An earlier message of the history
+// (strict false) keeps a note in its place instead: its turn failed then,
+// and the session goes on.
+const MAX_IMAGE = 20 << 20;
+async function userContent(m, strict = true) {
+  const content = [];
+  for (const p of m.content || []) {
+    if (p.type === "text") {
+      content.push({ type: "text", text: p.text });
+      continue;
+    }
+    if (p.type !== "file") continue;
+    const url = p.data || "";
+    const type = p.mediaType || "";
+    if (!type.startsWith("image/") || !(url.startsWith("data:") || url.startsWith("https:"))) {
+      if (!strict) {
+        content.push({ type: "text", text: `[a file (${type || "unknown type"}) that Pi does not take]` });
+        continue;
+      }
+    }
+    if (!type.startsWith("image/")) {
+      throw new Error(`the Pi harness takes a message's text and images; a file of type ${type || "unknown"} (${p.filename || "unnamed"}) fails the turn`);
+    }
+    if (url.startsWith("data:")) {
+      content.push({ type: "image", data: url.slice(url.indexOf(",") + 1), mimeType: type });
+    } else if (url.startsWith("https:")) {
+      const res = await fetch(url, { signal: AbortSignal.timeout(30000) });
+      if (!res.ok) throw new Error(`the image ${url} could not be fetched: HTTP ${res.status}`);
+      const buf = Buffer.from(await res.arrayBuffer());
+      if (buf.length > MAX_IMAGE) throw new Error(`the image ${url} is larger than ${MAX_IMAGE >> 20} MiB`);
+      content.push({ type: "image", data: buf.toString("base64"), mimeType: type });
+    } else {
+      throw new Error(`the Pi harness fetches images from https: or data: URLs only, not ${url.split(":")[0]}:`);
+    }
+  }
+  return content;
+}
+
 // toPi turns A2's model messages (the AI SDK's) into Pi's messages.
-function toPi(messages, model) {
+async function toPi(messages, model) {
   const out = [];
   for (const m of messages) {
     const timestamp = Date.now();
     if (m.role === "user") {
-      const content = [];
-      for (const p of m.content || []) {
-        if (p.type === "text") content.push({ type: "text", text: p.text });
-        else if (p.type === "file" && (p.mediaType || "").startsWith("image/") && (p.data || "").startsWith("data:")) {
-          content.push({ type: "image", data: p.data.slice(p.data.indexOf(",") + 1), mimeType: p.mediaType });
-        }
-      }
-      out.push({ role: "user", content, timestamp });
+      out.push({ role: "user", content: await userContent(m, false), timestamp });
     } else if (m.role === "assistant") {
       const content = [];
       for (const p of m.content || []) {
@@ -263,7 +296,8 @@ async function respond(r) {
   if (last < 0) throw new Error("the history has no user message to answer");
   const prompt = history[last];
   const sessionManager = SessionManager.inMemory(cwd);
-  for (const m of toPi(history.slice(0, last), model)) sessionManager.appendMessage(m);
+  for (const m of await toPi(history.slice(0, last), model)) sessionManager.appendMessage(m);
+  const asked = await userContent(prompt);
 
   // Pi's tools and the agent's others: each call answered by A2 from the log.
   const replayed = (def) => ({
@@ -376,7 +410,8 @@ async function respond(r) {
     session.abort().catch(() => {});
   };
   try {
-    await session.prompt(textOf(prompt.content) || " ");
+    const images = asked.filter((c) => c.type === "image");
+    await session.prompt(textOf(asked) || " ", images.length > 0 ? { images } : undefined);
   } finally {
     session.dispose();
   }
