@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,9 +28,14 @@ import (
 // with A2_REQUIRE_PI set, as .ci/run sets it).
 func startPi(t *testing.T, pool *sandbox.Pool) *pi.Harness {
 	t.Helper()
+	return startPiWith(t, pool.Sandbox)
+}
+
+func startPiWith(t *testing.T, resolve external.SandboxFor) *pi.Harness {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	h, err := pi.New(ctx, pi.Options{Sandbox: pool.Sandbox, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	h, err := pi.New(ctx, pi.Options{Sandbox: resolve, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	if errors.Is(err, pi.ErrNotInstalled) && os.Getenv("A2_REQUIRE_PI") == "" {
 		t.Skip("the Pi sidecar is not installed: run npm ci in harness/pi/sidecar, then go test ./harness/pi")
 	}
@@ -48,9 +54,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, h *pi.Harness, scriptJSON string, agentTools ...tools.Tool) *fixture {
 	t.Helper()
+	return newFixtureWith(t, h, scriptJSON, nil, agentTools...)
+}
+
+// newFixtureWith also sets the agent's tool recovery.
+func newFixtureWith(t *testing.T, h *pi.Harness, scriptJSON string, recovery map[string]string, agentTools ...tools.Tool) *fixture {
+	t.Helper()
 	f := &fixture{models: externaltest.NewModels(t, scriptJSON)}
 	f.Runtime = externaltest.Start(t, actors.AgentOptions{Model: harness.ModelID("script/test"), Instructions: harness.Instructions("Answer in one word."),
-		Models: f.models.Provider, Tools: withTools(h.Tools(), agentTools), Harness: h.HarnessOptions(f.models.Provider)})
+		Models: f.models.Provider, Tools: withTools(h.Tools(), agentTools), Harness: h.HarnessOptions(f.models.Provider), ToolRecovery: recovery})
 	return f
 }
 
@@ -225,6 +237,93 @@ func TestPiResumesAfterACrashWithoutRunningAToolAgain(t *testing.T) {
 	}
 	if n := len(f.models.Requests()); n < 4 || n > 5 {
 		t.Fatalf("%d live model calls: want the 4 steps' (5 when the restart cut one off mid-stream)", n)
+	}
+}
+
+// R-HARNESS-03: Pi's tool calls are ordinary A2 tool calls, recovered as
+// the agent's tools are: a node that restarts while Pi's bash runs reports
+// the call interrupted by default (bash is a report tool: the command does
+// not start again), and runs it again when the agent's toolRecovery names
+// bash "rerun".
+func TestPisBashCutOffByACrash(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		recovery map[string]string
+		starts   int
+	}{
+		{"reported by default", nil, 1},
+		{"run again with toolRecovery rerun", map[string]string{"bash": "rerun"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := dirPool(t)
+			h := startPi(t, pool)
+			f := newFixtureWith(t, h, `{"default":{"toolCalls":[{"id":"b1","name":"bash","input":{"command":"echo start >> runs.txt; sleep 3; echo end >> runs.txt"}}],
+				"then":{"text":"done"}}}`, tc.recovery)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := f.RT.Push(ctx, "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m1", "run it")}, false); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for readFile(t, pool, "s1", "runs.txt") == "" {
+				if time.Now().After(deadline) {
+					t.Fatal("the command did not start")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			f.Restart() // while the command sleeps
+			st := f.Wait("s1", 30*time.Second, "the response's end after the restart", externaltest.Settled)
+			runs := readFile(t, pool, "s1", "runs.txt")
+			if got := strings.Count(runs, "start"); got != tc.starts {
+				t.Fatalf("the command started %d times (runs.txt %q), want %d", got, runs, tc.starts)
+			}
+			p := externaltest.ToolParts(st)["b1"]
+			if tc.starts == 1 && (p.State != "output-error" || !strings.Contains(p.ErrorText, "interrupted")) {
+				t.Fatalf("bash cut off by the restart: %s %q, want reported interrupted", p.State, p.ErrorText)
+			}
+			if tc.starts == 2 && (p.State != "output-available" || !strings.Contains(runs, "end")) {
+				t.Fatalf("bash run again: %s %q, runs.txt %q", p.State, p.ErrorText, runs)
+			}
+		})
+	}
+}
+
+// R-HARNESS-23 R-HARNESS-24: the sandbox resolver is called for each step
+// (Pi's working directory) and for each tool execution, concurrently when
+// calls run together, and gets the session's own sandbox each time (what
+// write put there, bash finds); a resolver that fails fails the step with
+// its reason.
+func TestPisSandboxResolver(t *testing.T) {
+	pool := dirPool(t)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	resolve := func(ctx context.Context, session string) (sandbox.Sandbox, error) {
+		mu.Lock()
+		calls[session]++
+		mu.Unlock()
+		if session == "broken" {
+			return nil, errors.New("the sandbox service is down")
+		}
+		return pool.Sandbox(ctx, session)
+	}
+	h := startPiWith(t, resolve)
+	f := newFixture(t, h, `{"default":{"toolCalls":[{"id":"w1","name":"write","input":{"path":"a.txt","content":"from write"}}],
+		"then":{"toolCalls":[{"id":"b1","name":"bash","input":{"command":"cat a.txt"}},{"id":"b2","name":"bash","input":{"command":"ls"}}],
+		"then":{"text":"done"}}}}`)
+	st := f.turn("s1", "go")
+	parts := externaltest.ToolParts(st)
+	if string(parts["b1"].Output) != `"from write"` || parts["b2"].State != "output-available" {
+		t.Fatalf("bash after write: %s %s %q", parts["b1"].State, parts["b1"].Output, parts["b1"].ErrorText)
+	}
+	mu.Lock()
+	n := calls["s1"]
+	mu.Unlock()
+	if steps, executions := len(f.models.Requests()), 3; n != steps+executions {
+		t.Fatalf("the resolver was called %d times for the session, want once per step (%d) and per tool execution (%d)", n, steps, executions)
+	}
+	st = f.turn("broken", "go")
+	if st.Status != protocol.StatusFailed || st.Error == nil || !strings.Contains(st.Error.Message, "the sandbox service is down") {
+		t.Fatalf("a failing resolver: status %s, error %+v; want the step failed with its reason", st.Status, st.Error)
 	}
 }
 
