@@ -16,6 +16,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -28,6 +29,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -122,8 +124,14 @@ type config struct {
 	model      string
 	script     string
 	agentsFile string // --config: agents from a file instead of the default agent
-	catalog    string
-	demoDelay  time.Duration
+	// harness is the default agent's harness: "" (A2's own) or "pi" (Pi's
+	// coding agent, harness/pi), whose sandboxes are below sandboxes
+	// (bubblewrap, or plain directories with sandboxDirs, for tests) and
+	// whose sidecar is installed in piSidecar.
+	harness, sandboxes, piSidecar string
+	sandboxDirs                   bool
+	catalog                       string
+	demoDelay                     time.Duration
 	// stepTimeout bounds one model step (HarnessOptions.StepTimeout).
 	stepTimeout time.Duration
 	getenv      func(string) string
@@ -181,6 +189,10 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&cfg.adminToken, "admin-token", env("A2_ADMIN_TOKEN", ""), "bearer token of the admin route for trusted appends; empty disables it (A2_ADMIN_TOKEN)")
 	fs.StringVar(&cfg.model, "model", env("A2_MODEL", ""), `model ID of the agent; "demo" is the offline demo model (A2_MODEL; default: from the provider keys set)`)
 	fs.StringVar(&cfg.agentsFile, "config", env("A2_CONFIG", ""), "serve the agents of this YAML file instead of the default agent (A2_CONFIG; docs/agents.md)")
+	fs.StringVar(&cfg.harness, "harness", env("A2_HARNESS", ""), "the default agent's harness: empty for A2's own, or pi for Pi's coding agent working in a bubblewrap sandbox per session (A2_HARNESS; docs/harness.md)")
+	fs.StringVar(&cfg.sandboxes, "sandboxes", env("A2_SANDBOXES", ""), "with --harness pi: the directory of the sessions' sandboxes (A2_SANDBOXES; default: sandboxes beside --data)")
+	fs.StringVar(&cfg.piSidecar, "pi-sidecar", env("A2_PI_SIDECAR", ""), "with --harness pi: the Pi sidecar's directory, installed with npm ci (A2_PI_SIDECAR; default: harness/pi/sidecar of this source tree)")
+	fs.BoolVar(&cfg.sandboxDirs, "sandbox-dirs", false, "with --harness pi: plain directories instead of bubblewrap sandboxes: commands see the whole machine (tests only)")
 	fs.StringVar(&cfg.script, "script", env("A2_SCRIPT", ""), "test mode: serve the script model of this JSON file and POST /v1/test/gates/{name} (A2_SCRIPT)")
 	fs.StringVar(&cfg.catalog, "catalog", env("A2_CATALOG", catalog.DefaultURL), `models catalog (URL or JSON file) for the model limits that drive compaction, used with a real provider; "off" disables lookups (A2_CATALOG)`)
 	delay, err := time.ParseDuration(env("A2_DEMO_DELAY", demo.DefaultWordDelay.String()))
@@ -255,6 +267,18 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	}
 	if cfg.stepTimeout < 0 {
 		return cfg, fmt.Errorf("--step-timeout must not be negative, not %s", cfg.stepTimeout)
+	}
+	switch cfg.harness {
+	case "":
+		if cfg.sandboxes != "" || cfg.piSidecar != "" || cfg.sandboxDirs {
+			return cfg, errors.New("--sandboxes, --pi-sidecar and --sandbox-dirs go with --harness pi")
+		}
+	case "pi":
+		if cfg.agentsFile != "" {
+			return cfg, errors.New("--harness pi makes the default agent a Pi coding agent; it does not apply to the agents of --config")
+		}
+	default:
+		return cfg, fmt.Errorf("--harness %q: use pi, or leave it empty for A2's own", cfg.harness)
 	}
 	return cfg, nil
 }
@@ -363,6 +387,9 @@ func nodeAgents(ctx context.Context, cfg config, p *providers.Set, testMode bool
 		return f.Build(ctx, p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout, Getenv: getenv, Logger: logger,
 			WithoutTools: cfg.cluster.role == cluster.RoleGateway}, nodeTools(testMode))
 	}
+	if cfg.harness == "pi" && cfg.cluster.role != cluster.RoleGateway {
+		return piAgent(ctx, cfg, p, logger)
+	}
 	agent, err := actors.NewAgent(actors.AgentOptions{
 		Name:         defaultAgent,
 		Model:        harness.ModelID(p.Model()),
@@ -410,6 +437,9 @@ func printBanner(out io.Writer, base string, cfg config, p *providers.Set, agent
 		// A gateway routes requests; the members run the model steps,
 		// each with the model its own environment configures.
 		model = "none here: the members run the agent's model steps, with the model their environment configures"
+	}
+	if cfg.harness == "pi" && cfg.cluster.role != cluster.RoleGateway {
+		model += "\n  harness: pi (Pi's coding agent; each session's sandbox below " + cmp.Or(cfg.sandboxes, filepath.Join(filepath.Dir(filepath.Clean(cfg.data)), "sandboxes")) + ")"
 	}
 	fmt.Fprintf(out, `A2 node serving %s
   agents: %s
