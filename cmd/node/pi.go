@@ -22,7 +22,9 @@ import (
 // every model call through the node's models. Its stop ends the sidecar.
 func piAgent(ctx context.Context, cfg config, p *providers.Set, logger *slog.Logger) ([]*actors.Agent, func(), error) {
 	base := cmp.Or(cfg.sandboxes, filepath.Join(filepath.Dir(filepath.Clean(cfg.data)), "sandboxes"))
-	open := func(dir string) (sandbox.Sandbox, error) { return sandbox.NewBubblewrap(dir, sandbox.BubblewrapOptions{}) }
+	open := func(dir string) (sandbox.Sandbox, error) {
+		return sandbox.NewBubblewrap(dir, sandbox.BubblewrapOptions{})
+	}
 	if cfg.sandboxDirs {
 		open = func(dir string) (sandbox.Sandbox, error) { return sandbox.NewDir(dir, sandbox.DirOptions{}) }
 	} else if _, err := exec.LookPath("bwrap"); err != nil {
