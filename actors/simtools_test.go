@@ -1,0 +1,93 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/a2-runtime/a2/tools"
+)
+
+// The simulated schedules' tools (simulate_test.go).
+
+// simTools are the schedule's two tools, "probe" (toolRecovery report: a
+// call's version must never run twice, R-TOOL-13) and "calc" (rerun):
+// each run waits until the schedule ends it.
+type simTools struct {
+	mu      sync.Mutex
+	runs    map[string]int             // starts per tool call
+	running map[string]chan simToolEnd // calls whose run waits for its end
+	order   []string
+	starts  []string
+}
+
+type simToolEnd struct {
+	out json.RawMessage
+	err error
+}
+
+func newSimTools() *simTools {
+	return &simTools{runs: map[string]int{}, running: map[string]chan simToolEnd{}}
+}
+
+func (st *simTools) tool(name, recovery string) tools.Tool {
+	return tools.Tool{Name: name, Recovery: recovery, Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		hc, err := tools.FromContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		call := hc.Call.ToolCallID
+		end := make(chan simToolEnd, 1)
+		st.mu.Lock()
+		st.starts = append(st.starts, fmt.Sprintf("%s attempt %d version %d", call, hc.Attempt, hc.Call.Version))
+		// Per version: Pause now ends a run (its result is recorded), and
+		// Resume asks the call again as a new version (R-INPUT-15).
+		st.runs[fmt.Sprintf("%s %s v%d", name, call, hc.Call.Version)]++
+		st.running[call] = end
+		st.order = append(st.order, call)
+		st.mu.Unlock()
+		defer func() {
+			st.mu.Lock()
+			if st.running[call] == end {
+				delete(st.running, call)
+			}
+			st.mu.Unlock()
+		}()
+		select {
+		case e := <-end:
+			return e.out, e.err
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}}
+}
+
+// end ends the oldest running call (false: none runs).
+func (st *simTools) end(e simToolEnd) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for len(st.order) > 0 {
+		call := st.order[0]
+		st.order = st.order[1:]
+		if ch, ok := st.running[call]; ok {
+			delete(st.running, call)
+			ch <- e
+			return true
+		}
+	}
+	return false
+}
+
+// twice names a report tool's call that ran more than once.
+func (st *simTools) twice() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k, n := range st.runs {
+		if strings.HasPrefix(k, "probe ") && n > 1 {
+			return fmt.Sprintf("%s ran %d times (%v)", k, n, st.starts)
+		}
+	}
+	return ""
+}
