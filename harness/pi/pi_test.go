@@ -190,53 +190,67 @@ func readFile(t *testing.T, pool *sandbox.Pool, session, path string) string {
 }
 
 // R-HARNESS-07 R-HARNESS-26: Pi writes, edits and reads a file and runs a
-// command, and the node restarts in the middle of the response (once the
-// command has run): the new runtime resumes from the log, replaying to Pi
-// what was recorded, and no tool runs again (the command appends a line
-// to a file each time it runs). The sandbox's files are the check.
+// command, and the node restarts in the middle of the response, at each of
+// several points: the new runtime resumes from the log, replaying to Pi
+// what was recorded, and no tool runs again (the command appends a line to
+// a file each time it runs). The sandbox's files are the check.
 func TestPiResumesAfterACrashWithoutRunningAToolAgain(t *testing.T) {
-	pool := dirPool(t)
-	h := startPi(t, pool)
-	f := newFixture(t, h, `{"default":{"toolCalls":[{"id":"w1","name":"write","input":{"path":"notes.txt","content":"alpha\n"}}],
-		"then":{"toolCalls":[{"id":"e1","name":"edit","input":{"path":"notes.txt","edits":[{"oldText":"alpha","newText":"beta"}]}},
-			{"id":"b1","name":"bash","input":{"command":"echo ran >> runs.txt; cat notes.txt"}}],
-		"then":{"text":"reading it back","chunkSize":2,"delayMs":100,"toolCalls":[{"id":"r1","name":"read","input":{"path":"notes.txt"}}],
-		"then":{"text":"done"}}}}}`)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := f.RT.Push(ctx, "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m1", "rename alpha")}, false); err != nil {
-		t.Fatal(err)
+	tool := func(id string) func(*protocol.AIState) bool {
+		return func(st *protocol.AIState) bool { return st.Tools[id].Status == "completed" }
 	}
-	// The third step streams slowly (100 ms a chunk): the restart cuts
-	// the response off in the middle.
-	at := f.Wait("s1", 30*time.Second, "the command's completion", func(st *protocol.AIState) bool {
-		return st.Tools["b1"].Status == "completed"
-	})
-	if externaltest.Settled(at) {
-		t.Fatal("the response ended before the restart: the crash point is not in the middle")
-	}
-	f.Restart()
-	st := f.Wait("s1", 60*time.Second, "the response's end after the restart", externaltest.Settled)
-	if st.Status == protocol.StatusFailed {
-		t.Fatalf("the response failed after the restart: %+v", st.Error)
-	}
-	parts := externaltest.ToolParts(st)
-	for _, id := range []string{"w1", "e1", "b1", "r1"} {
-		if parts[id].State != "output-available" {
-			t.Fatalf("%s: %s %q", id, parts[id].State, parts[id].ErrorText)
-		}
-	}
-	if got := readFile(t, pool, "s1", "notes.txt"); got != "beta\n" {
-		t.Fatalf("notes.txt is %q, want the edited %q", got, "beta\n")
-	}
-	if got := readFile(t, pool, "s1", "runs.txt"); got != "ran\n" {
-		t.Fatalf("runs.txt is %q: the command ran %d times, want once", got, strings.Count(got, "ran"))
-	}
-	if s := string(parts["r1"].Output); !strings.Contains(s, "beta") {
-		t.Fatalf("read after the edit: %s", s)
-	}
-	if n := len(f.models.Requests()); n < 4 || n > 5 {
-		t.Fatalf("%d live model calls: want the 4 steps' (5 when the restart cut one off mid-stream)", n)
+	for _, point := range []struct {
+		name string
+		at   func(*protocol.AIState) bool
+	}{
+		{"after the write", tool("w1")},
+		{"after the command", tool("b1")},
+		{"while the third step streams", func(st *protocol.AIState) bool {
+			return tool("b1")(st) && st.Status == protocol.StatusStreaming && st.Active != nil && st.Active.Steps >= 3
+		}},
+		{"after the read", tool("r1")},
+	} {
+		t.Run(point.name, func(t *testing.T) {
+			pool := dirPool(t)
+			h := startPi(t, pool)
+			// Each step streams its text slowly (50 ms a chunk): every
+			// restart lands in the middle of the response.
+			f := newFixture(t, h, `{"default":{"text":"writing","chunkSize":2,"delayMs":50,"toolCalls":[{"id":"w1","name":"write","input":{"path":"notes.txt","content":"alpha\n"}}],
+				"then":{"text":"editing","chunkSize":2,"delayMs":50,"toolCalls":[{"id":"e1","name":"edit","input":{"path":"notes.txt","edits":[{"oldText":"alpha","newText":"beta"}]}},
+					{"id":"b1","name":"bash","input":{"command":"echo ran >> runs.txt; cat notes.txt"}}],
+				"then":{"text":"reading it back","chunkSize":2,"delayMs":50,"toolCalls":[{"id":"r1","name":"read","input":{"path":"notes.txt"}}],
+				"then":{"text":"all done","chunkSize":2,"delayMs":50}}}}}`)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := f.RT.Push(ctx, "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m1", "rename alpha")}, false); err != nil {
+				t.Fatal(err)
+			}
+			if at := f.Wait("s1", 30*time.Second, "the crash point", point.at); externaltest.Settled(at) {
+				t.Fatal("the response ended before the restart: the crash point is not in the middle")
+			}
+			f.Restart()
+			st := f.Wait("s1", 60*time.Second, "the response's end after the restart", externaltest.Settled)
+			if st.Status == protocol.StatusFailed {
+				t.Fatalf("the response failed after the restart: %+v", st.Error)
+			}
+			parts := externaltest.ToolParts(st)
+			for _, id := range []string{"w1", "e1", "b1", "r1"} {
+				if parts[id].State != "output-available" {
+					t.Fatalf("%s: %s %q", id, parts[id].State, parts[id].ErrorText)
+				}
+			}
+			if got := readFile(t, pool, "s1", "notes.txt"); got != "beta\n" {
+				t.Fatalf("notes.txt is %q, want the edited %q", got, "beta\n")
+			}
+			if got := readFile(t, pool, "s1", "runs.txt"); got != "ran\n" {
+				t.Fatalf("runs.txt is %q: the command ran %d times, want once", got, strings.Count(got, "ran"))
+			}
+			if s := string(parts["r1"].Output); !strings.Contains(s, "beta") {
+				t.Fatalf("read after the edit: %s", s)
+			}
+			if n := len(f.models.Requests()); n < 4 || n > 5 {
+				t.Fatalf("%d live model calls: want the 4 steps' (5 when the restart cut one off mid-stream)", n)
+			}
+		})
 	}
 }
 
