@@ -106,6 +106,22 @@ func (c *ownerCache) put(store persistence.Store, session, agent string) {
 	c.m[ownerKey{store, session}] = agent
 }
 
+// forget drops the claims of a store, which its runtime no longer uses:
+// the cache would otherwise keep a closed store (its database, its ID
+// filter) alive until it filled up.
+func (c *ownerCache) forget(store persistence.Store) {
+	if store == nil || !reflect.TypeOf(store).Comparable() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.m {
+		if k.store == store {
+			delete(c.m, k)
+		}
+	}
+}
+
 // checkOwner fails with ErrSessionOwned when an agent other than agent has
 // claimed session; it reports whether agent has.
 func checkOwner(ctx context.Context, store persistence.Store, agent, session string) (owned bool, err error) {

@@ -456,6 +456,10 @@ func (r *Runtime) Close() {
 	}
 	r.system.Shutdown()
 	r.dispatcher.close()
+	owners.forget(r.store)
+	for _, a := range r.agents {
+		owners.forget(a.opts.Store)
+	}
 }
 
 // release asks a session actor to stop once its write in flight, if any,

@@ -626,12 +626,16 @@ func TestSimulatedSchedules(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("A2_SIM_SESSIONS")); err == nil && v > 0 {
 		n = v
 	}
-	// One after the other: side by side (t.Parallel) they load the machine
-	// enough that seed 305 fails about once in six runs (a calc call
-	// claimed while the session was paused, never run after the resume;
-	// under investigation), and a schedule's outcome should not depend on
-	// the machine.
-	for seed := uint64(1); seed <= uint64(n); seed++ {
+	// One after the other. Side by side (t.Parallel) they ran twice as fast
+	// and found seed 305's settle that never came (under load:
+	// TestASettleOfAClaimThatNeverStartedIsRecorded), but each schedule
+	// leaves about 8 MB live (runtimes and stores not collected: not found
+	// yet), which a run of thousands side by side runs out of.
+	first := uint64(1) // A2_SIM_FIRST: the first seed (runs in batches)
+	if v, err := strconv.ParseUint(os.Getenv("A2_SIM_FIRST"), 10, 64); err == nil && v > 0 {
+		first = v
+	}
+	for seed := first; seed < first+uint64(n); seed++ {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) { runSimulation(t, seed, 120) })
 	}
 }

@@ -118,10 +118,14 @@ func (s *sessionActor) reconcileTools(work []protocol.Work) {
 				continue
 			}
 			wanted[w.ToolCallID] = true
-			if r := s.toolRuns[w.ToolCallID]; r != nil {
-				s.cancelRun(r, ErrPaused)
+			if r := s.toolRuns[w.ToolCallID]; r != nil && r.executing {
+				s.cancelRun(r, ErrPaused) // its end records the settle
 				continue
 			}
+			// Nothing runs the call (a run that was claimed but never
+			// started has nothing to cancel, and its end would never
+			// come): the settle is recorded here.
+			delete(s.toolRuns, w.ToolCallID)
 			s.queueWork(s.toolDone(w.ToolCallID, w.GenerationID, w.Version, w.Attempt, nil, protocol.InterruptedToolError, s.isReport(w.ToolName)))
 		}
 	}
