@@ -628,9 +628,9 @@ func TestSimulatedSchedules(t *testing.T) {
 	}
 	// One after the other. Side by side (t.Parallel) they ran twice as fast
 	// and found seed 305's settle that never came (under load:
-	// TestASettleOfAClaimThatNeverStartedIsRecorded), but each schedule
-	// leaves about 8 MB live (runtimes and stores not collected: not found
-	// yet), which a run of thousands side by side runs out of.
+	// TestASettleOfAClaimThatNeverStartedIsRecorded), but the process's
+	// memory grows by about 8 MB a schedule (docs/reliability.md), which a
+	// run of thousands side by side runs out of.
 	first := uint64(1) // A2_SIM_FIRST: the first seed (runs in batches)
 	if v, err := strconv.ParseUint(os.Getenv("A2_SIM_FIRST"), 10, 64); err == nil && v > 0 {
 		first = v
