@@ -18,8 +18,8 @@ import (
 type simTools struct {
 	mu      sync.Mutex
 	runs    map[string]int             // starts per tool call
-	running map[string]chan simToolEnd // calls whose run waits for its end
-	order   []string
+	running map[string]chan simToolEnd // runs (call, version, attempt) waiting for their end
+	order   []string                   // of running's keys
 	starts  []string
 }
 
@@ -39,19 +39,22 @@ func (st *simTools) tool(name, recovery string) tools.Tool {
 			return nil, err
 		}
 		call := hc.Call.ToolCallID
+		// A run per attempt: an attempt cut short (superseded, its session
+		// stopped) may still be returning while the next one runs.
+		run := fmt.Sprintf("%s v%d a%d", call, hc.Call.Version, hc.Attempt)
 		end := make(chan simToolEnd, 1)
 		st.mu.Lock()
 		st.starts = append(st.starts, fmt.Sprintf("%s attempt %d version %d", call, hc.Attempt, hc.Call.Version))
 		// Per version: Pause now ends a run (its result is recorded), and
 		// Resume asks the call again as a new version (R-INPUT-15).
 		st.runs[fmt.Sprintf("%s %s v%d", name, call, hc.Call.Version)]++
-		st.running[call] = end
-		st.order = append(st.order, call)
+		st.running[run] = end
+		st.order = append(st.order, run)
 		st.mu.Unlock()
 		defer func() {
 			st.mu.Lock()
-			if st.running[call] == end {
-				delete(st.running, call)
+			if st.running[run] == end {
+				delete(st.running, run)
 			}
 			st.mu.Unlock()
 		}()

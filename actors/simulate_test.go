@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -626,16 +629,32 @@ func TestSimulatedSchedules(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("A2_SIM_SESSIONS")); err == nil && v > 0 {
 		n = v
 	}
-	// One after the other. Side by side (t.Parallel) they ran twice as fast
-	// and found seed 305's settle that never came (under load:
-	// TestASettleOfAClaimThatNeverStartedIsRecorded), but the process's
-	// memory grows by about 8 MB a schedule (docs/reliability.md), which a
-	// run of thousands side by side runs out of.
+	// A2_SIM_WORKERS schedules run side by side (default GOMAXPROCS), each
+	// worker's one after the other: a worker holds one schedule's runtime
+	// and store at a time, so the process's memory stays flat however many
+	// run (t.Parallel would start every subtest at once).
 	first := uint64(1) // A2_SIM_FIRST: the first seed (runs in batches)
 	if v, err := strconv.ParseUint(os.Getenv("A2_SIM_FIRST"), 10, 64); err == nil && v > 0 {
 		first = v
 	}
-	for seed := first; seed < first+uint64(n); seed++ {
-		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) { runSimulation(t, seed, 120) })
+	workers := runtime.GOMAXPROCS(0)
+	if v, err := strconv.Atoi(os.Getenv("A2_SIM_WORKERS")); err == nil && v > 0 {
+		workers = v
 	}
+	var next atomic.Uint64
+	next.Store(first)
+	end := first + uint64(n)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				seed := next.Add(1) - 1
+				if seed >= end || t.Failed() {
+					return
+				}
+				t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) { runSimulation(t, seed, 120) })
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -258,13 +258,29 @@ func (s *sessionActor) execute(r *toolRun) {
 		hc.Preliminary = func(out json.RawMessage) {
 			send(&toolPreliminary{call: r.call, version: r.version, attempt: r.attempt, output: append(json.RawMessage(nil), out...)})
 		}
-		end := &toolEnd{call: r.call, version: r.version, attempt: r.attempt, started: true}
-		out, err := t.Execute(tools.WithContext(ctx, hc), r.input)
-		end.output, end.err = out, err
-		end.cancelled = ctx.Err() != nil
-		send(end)
+		send(enterTool(ctx, &toolEnd{call: r.call, version: r.version, attempt: r.attempt}, func(ctx context.Context) (json.RawMessage, error) {
+			return t.Execute(tools.WithContext(ctx, hc), r.input)
+		}))
 	}
 	r.pid = s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &toolActor{parent: s.self, run: run, stopCause: s.childStopCause} }, actor.WithDispatcher(s.rt.dispatcher)))
+}
+
+// enterTool runs an attempt's Execute and fills in its end, unless the
+// attempt's context ended before its goroutine got this far: a session that
+// stopped (a crash, a Close, a move to another member) or an attempt that
+// was superseded or paused meanwhile must not start a side effect late,
+// beside or after the attempt that replaced it. Such an attempt ends
+// cancelled without having started (its end is recorded as any cancelled
+// attempt's: interrupted for a "report" tool).
+func enterTool(ctx context.Context, end *toolEnd, execute func(context.Context) (json.RawMessage, error)) *toolEnd {
+	if ctx.Err() != nil {
+		end.err, end.cancelled = context.Cause(ctx), true
+		return end
+	}
+	end.started = true
+	end.output, end.err = execute(ctx)
+	end.cancelled = ctx.Err() != nil
+	return end
 }
 
 // onToolPreliminary appends a running attempt's preliminary output at once
