@@ -235,6 +235,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 		store:    s.store,
 		span:     l.span,
 		prompts:  &s.prompts,
+		logger:   s.rt.opts.Logger,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }, stopCause: s.childStopCause}

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +51,8 @@ type laneInput struct {
 	// prompts is the session's cache of its settled messages' share of a
 	// prompt (harness.PromptCache).
 	prompts *harness.PromptCache
+	// logger gets a panic's stack.
+	logger *slog.Logger
 }
 
 // runLane runs one model step (R-GEN-01): resolve the model and settings,
@@ -77,11 +81,28 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		}
 		send(e)
 	}
+	if ctx.Err() != nil {
+		// Cancelled before this goroutine ran (the session stopped, the
+		// step was superseded): no resolver and no model is called.
+		send(&laneEnd{gen: in.gen, aborted: true})
+		return
+	}
+	// A panic in a resolver, a harness or a model's stream fails the step
+	// as an error of its own would (R-GEN-16 before the start is reported,
+	// the step's failure after it); the node goes on.
+	started, modelName := false, ""
+	defer func() {
+		if p := recover(); p != nil {
+			in.logger.Error("a model step panicked", "session", in.session, "generation", in.gen, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			end(&laneEnd{gen: in.gen, failure: fmt.Sprintf("the model step panicked: %v", p), noModel: !started, model: modelName})
+		}
+	}()
 	settings, err := a.Model.Resolve(ctx, rc)
 	if err != nil {
 		end(&laneEnd{gen: in.gen, failure: err.Error(), noModel: true})
 		return
 	}
+	modelName = settings.Model
 	// A failure before the start is reported ends the step with a start
 	// event of its own (noModel).
 	failEarly := func(err error) {
@@ -119,6 +140,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	send(&laneStarted{gen: in.gen, model: settings.Model,
 		limits: compactable && choice.Custom == nil && choice.Options.Discovery()})
+	started = true
 	// The model serves the default generator and automatic compaction's
 	// summary request; a custom generate may do without.
 	var model harness.Model

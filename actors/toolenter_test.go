@@ -20,7 +20,7 @@ func TestAnAttemptCancelledBeforeItsGoroutineRanNeverStarts(t *testing.T) {
 		entered++
 		return json.RawMessage(`{"ran":true}`), nil
 	}
-	end := enterTool(ctx, &toolEnd{call: "c1", version: 0, attempt: 3}, execute)
+	end := enterTool(ctx, &toolEnd{call: "c1", version: 0, attempt: 3}, execute, nil)
 	if entered != 0 {
 		t.Fatalf("Execute was entered %d times with a context that had ended", entered)
 	}
@@ -31,7 +31,7 @@ func TestAnAttemptCancelledBeforeItsGoroutineRanNeverStarts(t *testing.T) {
 		t.Fatalf("end names %q attempt %d, want c1 attempt 3", end.call, end.attempt)
 	}
 
-	end = enterTool(context.Background(), &toolEnd{call: "c1", attempt: 4}, execute)
+	end = enterTool(context.Background(), &toolEnd{call: "c1", attempt: 4}, execute, nil)
 	if entered != 1 || !end.started || end.cancelled || end.err != nil || string(end.output) != `{"ran":true}` {
 		t.Fatalf("a live attempt: entered %d, end %+v", entered, end)
 	}

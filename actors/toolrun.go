@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -242,7 +243,7 @@ func (s *sessionActor) execute(r *toolRun) {
 		}
 	}
 	name, session, call, version := s.agent.Name(), s.id, r.call, r.version
-	store, contract, boundary := s.store, s.agent.contract, r.event.ID
+	store, contract, boundary, logger := s.store, s.agent.contract, r.event.ID, s.rt.opts.Logger
 	hc.State = func(ctx context.Context) (*protocol.SessionState, uint64, error) {
 		return stateThrough(ctx, store, contract, session, boundary)
 	}
@@ -260,6 +261,8 @@ func (s *sessionActor) execute(r *toolRun) {
 		}
 		send(enterTool(ctx, &toolEnd{call: r.call, version: r.version, attempt: r.attempt}, func(ctx context.Context) (json.RawMessage, error) {
 			return t.Execute(tools.WithContext(ctx, hc), r.input)
+		}, func(p any, stack []byte) {
+			logger.Error("a tool panicked", "session", session, "tool", r.tool, "toolCallId", call, "attempt", r.attempt, "panic", fmt.Sprint(p), "stack", string(stack))
 		}))
 	}
 	r.pid = s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &toolActor{parent: s.self, run: run, stopCause: s.childStopCause} }, actor.WithDispatcher(s.rt.dispatcher)))
@@ -272,13 +275,25 @@ func (s *sessionActor) execute(r *toolRun) {
 // beside or after the attempt that replaced it. Such an attempt ends
 // cancelled without having started (its end is recorded as any cancelled
 // attempt's: interrupted for a "report" tool).
-func enterTool(ctx context.Context, end *toolEnd, execute func(context.Context) (json.RawMessage, error)) *toolEnd {
+//
+// A panic in Execute is the attempt's error ("the tool panicked: ..."), as
+// a thrown exception is in the AI SDK: the model sees an error result and
+// the node goes on; logPanic gets the value and the stack.
+func enterTool(ctx context.Context, end *toolEnd, execute func(context.Context) (json.RawMessage, error), logPanic func(value any, stack []byte)) *toolEnd {
 	if ctx.Err() != nil {
 		end.err, end.cancelled = context.Cause(ctx), true
 		return end
 	}
 	end.started = true
-	end.output, end.err = execute(ctx)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				logPanic(p, debug.Stack())
+				end.output, end.err = nil, fmt.Errorf("the tool panicked: %v", p)
+			}
+		}()
+		end.output, end.err = execute(ctx)
+	}()
 	end.cancelled = ctx.Err() != nil
 	return end
 }

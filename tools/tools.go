@@ -28,7 +28,10 @@ type Tool struct {
 	// Execute runs the tool. It receives the validated input and returns
 	// the output (any JSON value) or an error, which the model sees as the
 	// tool's error result. ctx carries the abort signal and the handler
-	// context (FromContext).
+	// context (FromContext). A panic is an error too ("the tool panicked:
+	// <value>", its stack in the node's log); the node goes on. An attempt
+	// whose context ended before it started (its session stopped, or a newer
+	// attempt replaced it) is not started at all.
 	Execute func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
 	// NeedsApproval, when set, asks the user before the call runs. It is
 	// re-evaluated on recovery for the same call, so keep it deterministic
