@@ -134,8 +134,10 @@ type config struct {
 	demoDelay                     time.Duration
 	// stepTimeout bounds one model step (HarnessOptions.StepTimeout).
 	stepTimeout time.Duration
-	getenv      func(string) string
-	logger      *slog.Logger
+	// passivateAfter stops a session idle this long (actors.Options).
+	passivateAfter time.Duration
+	getenv         func(string) string
+	logger         *slog.Logger
 	// heartbeat overrides the stream heartbeat interval (tests).
 	heartbeat time.Duration
 	// cluster is the cluster configuration (cluster.go); role "" or
@@ -169,6 +171,9 @@ const defaultMaxSessionBytes = 1 << 30
 // provider stream that stops sending without closing must not hold a turn
 // forever.
 const defaultStepTimeout = 10 * time.Minute
+
+// defaultPassivateAfter is actors.Options.PassivateAfter's default.
+const defaultPassivateAfter = 2 * time.Minute
 
 // parseServeFlags reads the flags of serve; each defaults to its
 // environment variable, then to the built-in default.
@@ -205,6 +210,11 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 		return cfg, fmt.Errorf("A2_STEP_TIMEOUT: %w", err)
 	}
 	fs.DurationVar(&cfg.stepTimeout, "step-timeout", stepTimeout, "longest a model step may run before its generation fails; 0 is no limit (A2_STEP_TIMEOUT)")
+	passivateAfter, err := time.ParseDuration(env("A2_PASSIVATE_AFTER", defaultPassivateAfter.String()))
+	if err != nil {
+		return cfg, fmt.Errorf("A2_PASSIVATE_AFTER: %w", err)
+	}
+	fs.DurationVar(&cfg.passivateAfter, "passivate-after", passivateAfter, "how long a session stays in memory once idle; it is activated again from the store at its next use (A2_PASSIVATE_AFTER)")
 	fs.StringVar(&cfg.pprofAddr, "pprof-addr", env("A2_PPROF_ADDR", ""), "address of Go's profiler endpoints (net/http/pprof, GET /debug/pprof/...); empty: none. Bind it to loopback: a profile shows what the node runs (A2_PPROF_ADDR)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", env("A2_METRICS_ADDR", ""), "address of a Prometheus scrape endpoint (GET /metrics); empty: none (A2_METRICS_ADDR; OTLP export is set with the OTEL_* variables, docs/telemetry.md)")
 	fs.BoolVar(&cfg.actorMetrics, "actor-metrics", env("A2_ACTOR_METRICS", "") == "1" || strings.EqualFold(env("A2_ACTOR_METRICS", ""), "true"),
@@ -267,6 +277,9 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	}
 	if cfg.stepTimeout < 0 {
 		return cfg, fmt.Errorf("--step-timeout must not be negative, not %s", cfg.stepTimeout)
+	}
+	if cfg.passivateAfter <= 0 {
+		return cfg, fmt.Errorf("--passivate-after must be positive, not %s", cfg.passivateAfter)
 	}
 	switch cfg.harness {
 	case "":
@@ -359,6 +372,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 	if cfg.maxSessionBytes > 0 {
 		o.Runtime.MaxSessionBytes = int64(cfg.maxSessionBytes)
 	}
+	o.Runtime.PassivateAfter = cfg.passivateAfter
 	if p.Script() != nil && cfg.cluster.role != cluster.RoleGateway {
 		o.Gateway.Gates = p.Script()
 	}

@@ -252,7 +252,17 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 	if err != nil || cfg.addr != "127.0.0.1:8080" || cfg.data != "./data" || cfg.adminToken != "" || cfg.catalog != catalog.DefaultURL || cfg.stepTimeout != defaultStepTimeout {
 		t.Fatalf("defaults: %+v, %v", cfg, err)
 	}
-	// Bad step timeouts are refused with the option's name.
+	if cfg.passivateAfter != defaultPassivateAfter {
+		t.Fatalf("passivate after %s by default", cfg.passivateAfter)
+	}
+	if cfg, err := parseServeFlags([]string{"--passivate-after", "10s"}, getenv, io.Discard); err != nil || cfg.passivateAfter != 10*time.Second {
+		t.Fatalf("--passivate-after 10s: %s, %v", cfg.passivateAfter, err)
+	}
+	if cfg, err := parseServeFlags(nil, func(k string) string { return map[string]string{"A2_PASSIVATE_AFTER": "30s"}[k] }, io.Discard); err != nil || cfg.passivateAfter != 30*time.Second {
+		t.Fatalf("A2_PASSIVATE_AFTER=30s: %s, %v", cfg.passivateAfter, err)
+	}
+	// Bad step timeouts and passivation delays are refused with the
+	// option's name.
 	for _, bad := range []struct {
 		args []string
 		env  string
@@ -261,9 +271,17 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		{[]string{"--step-timeout", "-1s"}, "", "--step-timeout"},
 		{[]string{"--step-timeout", "soon"}, "", "step-timeout"},
 		{nil, "forever", "A2_STEP_TIMEOUT"},
+		{[]string{"--passivate-after", "0"}, "", "--passivate-after"},
+		{[]string{"--passivate-after", "-1m"}, "", "--passivate-after"},
+		{[]string{"--passivate-after", "later"}, "", "passivate-after"},
+		{nil, "whenever", "A2_PASSIVATE_AFTER"},
 	} {
+		envName := "A2_STEP_TIMEOUT"
+		if strings.Contains(bad.want, "PASSIVATE") {
+			envName = "A2_PASSIVATE_AFTER"
+		}
 		_, err := parseServeFlags(bad.args, func(k string) string {
-			if k == "A2_STEP_TIMEOUT" {
+			if k == envName {
 				return bad.env
 			}
 			return ""
