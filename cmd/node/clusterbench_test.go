@@ -101,35 +101,8 @@ func BenchmarkClusterTurn(b *testing.B) {
 			if probing(b) {
 				return
 			}
-			d := &benchDeployment{admin: admin}
-			switch deploy {
-			// The nodes' logs go to files (launchClusterProc), not into
-			// the benchmark's output, where bench/main.go reads its lines.
-			case "pebble":
-				p := startClusterProc(b, "node", "", "--data", b.TempDir(), "--script", script)
-				d.url = p.url
-				d.procs = []benchProc{clusterProcOf(p)}
-			case "postgres":
-				d.db = benchDatabase(b, admin, adminURL, "a2bench_single")
-				p := startClusterProc(b, "node", "", "--store", d.db.url, "--script", script)
-				d.url = p.url
-				d.procs = []benchProc{clusterProcOf(p)}
-			case "cluster":
-				d.db = benchDatabase(b, admin, adminURL, "a2bench_cluster")
-				var members []*clusterProc
-				for _, name := range []string{"m1", "m2", "m3"} {
-					m := benchClusterProc(b, name, members, "--role", "member", "--store", d.db.url, "--script", script)
-					members = append(members, m)
-					d.procs = append(d.procs, clusterProcOf(m))
-				}
-				gw := benchClusterProc(b, "gateway", members[:2], "--role", "gateway")
-				d.procs = append(d.procs, clusterProcOf(gw))
-				gw.waitHosts(b, 3)
-				for _, m := range members {
-					m.waitHosts(b, 3)
-				}
-				d.url = gw.url
-			}
+			prefix := map[string]string{"postgres": "a2bench_single", "cluster": "a2bench_cluster"}[deploy]
+			d := startBenchDeployment(b, deploy, admin, adminURL, prefix, "--script", script)
 			f := d.measure(b)
 			if deploy == "pebble" {
 				pebble = &f
@@ -141,6 +114,48 @@ func BenchmarkClusterTurn(b *testing.B) {
 			}
 		})
 	}
+}
+
+// startBenchDeployment starts a deployment of the node binary: "pebble" (a
+// single node), "postgres" (a single node on a fresh database named after
+// prefix) or "cluster" (three members on such a database and a gateway),
+// each process with args; every process serves Go's profiler on a port of
+// its own (benchProc.pprof).
+func startBenchDeployment(b *testing.B, deploy string, admin *pgx.Conn, adminURL, prefix string, args ...string) *benchDeployment {
+	b.Helper()
+	d := &benchDeployment{admin: admin}
+	with := func(more ...string) []string { return append(append(more, "--pprof-addr", freePort(b)), args...) }
+	// The nodes' logs go to files (launchClusterProc), not into the
+	// benchmark's output, where bench/main.go reads its lines.
+	switch deploy {
+	case "pebble":
+		p := startClusterProc(b, "node", "", with("--data", b.TempDir())...)
+		d.url = p.url
+		d.procs = []benchProc{clusterProcOf(p)}
+	case "postgres":
+		d.db = benchDatabase(b, admin, adminURL, prefix)
+		p := startClusterProc(b, "node", "", with("--store", d.db.url)...)
+		d.url = p.url
+		d.procs = []benchProc{clusterProcOf(p)}
+	case "cluster":
+		d.db = benchDatabase(b, admin, adminURL, prefix)
+		var members []*clusterProc
+		for _, name := range []string{"m1", "m2", "m3"} {
+			m := benchClusterProc(b, name, members, with("--role", "member", "--store", d.db.url)...)
+			members = append(members, m)
+			d.procs = append(d.procs, clusterProcOf(m))
+		}
+		gw := benchClusterProc(b, "gateway", members[:2], with("--role", "gateway")...)
+		d.procs = append(d.procs, clusterProcOf(gw))
+		gw.waitHosts(b, 3)
+		for _, m := range members {
+			m.waitHosts(b, 3)
+		}
+		d.url = gw.url
+	default:
+		b.Fatalf("no deployment %q", deploy)
+	}
+	return d
 }
 
 // clusterTurnFigures are what the ratios compare.
@@ -160,13 +175,24 @@ type benchDeployment struct {
 
 // benchProc is one A2 process of a deployment.
 type benchProc struct {
-	name string
-	pid  int
-	kill func() // SIGKILL, and wait for the exit
+	name  string
+	pid   int
+	kill  func() // SIGKILL, and wait for the exit
+	pprof string // the profiler's address, when it serves one
 }
 
 func clusterProcOf(p *clusterProc) benchProc {
-	return benchProc{p.name, p.cmd.Process.Pid, func() { _ = p.cmd.Process.Kill(); <-p.exited }}
+	return benchProc{name: p.name, pid: p.cmd.Process.Pid, kill: func() { _ = p.cmd.Process.Kill(); <-p.exited }, pprof: flagValue(p.cmd.Args, "--pprof-addr")}
+}
+
+// flagValue is the value that follows flag in args ("" if none).
+func flagValue(args []string, flag string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 // benchClusterProc starts a node of the cluster "bench" with its gossip on
