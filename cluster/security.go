@@ -124,12 +124,23 @@ func NewTLS(ca *x509.CertPool, cert tls.Certificate) *TLS {
 	}
 }
 
+// maxRemoteMessage is the largest message a node's actor port accepts:
+// one gRPC message of protoactor's endpoint writer, which carries up to a
+// thousand actor messages together. gRPC's default, 4 MiB, is less than one
+// state answer of a long session or one batch of a turn's large chunks;
+// a message past the limit breaks the connection, losing every message it
+// carried, and the sender's retry breaks it again. The limit costs nothing
+// until used (gRPC allocates the message's size, not the limit's), and
+// what a peer sends is the cluster's own (mutual TLS).
+const maxRemoteMessage = 512 << 20
+
 // remoteOptions are the actor remote's gRPC server and dial options: mutual
 // TLS when t is set (with refused handshakes logged), and a server that
 // turns a panic while handling what a peer sent into the end of that
 // peer's stream, logged, instead of the end of the process.
 func remoteOptions(t *TLS, logger *slog.Logger) ([]grpc.ServerOption, []grpc.DialOption) {
 	server := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRemoteMessage),
 		grpc.ChainStreamInterceptor(recoverStream(logger)),
 		grpc.ChainUnaryInterceptor(recoverUnary(logger)),
 	}

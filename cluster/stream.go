@@ -46,9 +46,14 @@ const (
 	// acknowledges them, in one message: half the window, so the owner
 	// never waits on an acknowledgement the subscriber holds back, and a
 	// turn's stream (about four batches) ends before it needs one.
-	streamAckEvery  = streamWindow / 2
-	streamBatchMax  = 256
-	streamHeartbeat = 2 * time.Second
+	streamAckEvery = streamWindow / 2
+	streamBatchMax = 256
+	// streamBatchBytes bounds a batch's payloads (a batch holds at least one
+	// event, whatever its size): a batch of a turn's large chunks stays well
+	// under what a member accepts in one message (maxRemoteMessage), with
+	// the other messages the endpoint writer sends with it.
+	streamBatchBytes = 1 << 20
+	streamHeartbeat  = 2 * time.Second
 	// streamStall is how long a subscriber waits for a batch (a heartbeat
 	// at least) before it subscribes again.
 	streamStall = 3 * streamHeartbeat
@@ -165,15 +170,17 @@ loop:
 				break loop
 			}
 			batch := []*sessionpb.Event{wire.EventToPB(ev)}
+			size := len(ev.Payload)
 			idle := st.endsAt(ev)
 		drain:
-			for !idle && len(batch) < streamBatchMax {
+			for !idle && len(batch) < streamBatchMax && size < streamBatchBytes {
 				select {
 				case ev, ok := <-evs:
 					if !ok {
 						break drain
 					}
 					batch = append(batch, wire.EventToPB(ev))
+					size += len(ev.Payload)
 					idle = st.endsAt(ev)
 				default:
 					break drain

@@ -14,24 +14,7 @@ import (
 // and answers its events and the error that ended it.
 func drain(t *testing.T, evs <-chan protocol.Event, errc <-chan error) ([]protocol.Event, error) {
 	t.Helper()
-	var got []protocol.Event
-	timeout := time.After(15 * time.Second)
-	for {
-		select {
-		case ev, ok := <-evs:
-			if !ok {
-				select {
-				case err := <-errc:
-					return got, err
-				default:
-					return got, nil
-				}
-			}
-			got = append(got, ev)
-		case <-timeout:
-			t.Fatalf("the stream did not end by itself within 15 s; it delivered %d events", len(got))
-		}
-	}
+	return drainWithin(t, evs, errc, 15*time.Second)
 }
 
 // A stream until idle is ended by the session's owner: the event channel
