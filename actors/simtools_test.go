@@ -12,9 +12,10 @@ import (
 
 // The simulated schedules' tools (simulate_test.go).
 
-// simTools are the schedule's two tools, "probe" (toolRecovery report: a
-// call's version must never run twice, R-TOOL-13) and "calc" (rerun):
-// each run waits until the schedule ends it.
+// simTools are the schedule's three tools, "probe" (toolRecovery report: a
+// call's version must never run twice, R-TOOL-13), "calc" (rerun) and
+// "guard" (rerun, needing approval: simapproval_test.go): each run waits
+// until the schedule ends it.
 type simTools struct {
 	mu      sync.Mutex
 	runs    map[string]int             // starts per tool call
@@ -81,6 +82,20 @@ func (st *simTools) end(e simToolEnd) bool {
 		}
 	}
 	return false
+}
+
+// ranCalls lists the calls of tool name that started a run.
+func (st *simTools) ranCalls(name string) []string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var calls []string
+	for k := range st.runs {
+		if rest, ok := strings.CutPrefix(k, name+" "); ok {
+			call, _, _ := strings.Cut(rest, " ")
+			calls = append(calls, call)
+		}
+	}
+	return calls
 }
 
 // twice names a report tool's call that ran more than once.

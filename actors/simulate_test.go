@@ -222,6 +222,13 @@ func (sm *simulation) check() error {
 	if sm.foldedN = at; at > 0 {
 		sm.lastID = evs[at-1].ID
 	}
+	// A tool that needs approval runs only once the user approved its
+	// call (R-APPROVAL-01): the log has the approval before the run's claim.
+	for _, call := range sm.tools.ranCalls("guard") {
+		if a := toolApprovalOf(sm.folded, call); a == nil || a.Approved == nil || !*a.Approved {
+			return fmt.Errorf("the guard call %s ran without an approval: %+v", call, a)
+		}
+	}
 	sm.compared++
 	a, _ := protocol.MarshalState(st)
 	b, _ := protocol.MarshalState(sm.folded)
@@ -332,7 +339,14 @@ func (sm *simulation) step() {
 	case k == 4:
 		sm.logf("push a control")
 		var ev protocol.Event
-		switch r.IntN(4) {
+		switch n := r.IntN(6); n {
+		case 4, 5:
+			// The user answers a pending approval of a guard call, or
+			// answers again one already answered.
+			ev = sm.approval(r.IntN(3) > 0)
+			if ev.ID == "" {
+				return
+			}
 		case 0:
 			ev = protocol.Inputs.Pause([]string{protocol.PauseNow, protocol.PauseAfterTurn}[r.IntN(2)])
 		case 1:
@@ -389,7 +403,7 @@ func (sm *simulation) step() {
 		sm.logf("step")
 	case k < 16 && tr.stream != nil && !sm.finished && sm.textOpen && r.IntN(2) == 0:
 		// The step calls a tool and ends its text and the step with it.
-		name := []string{"probe", "calc"}[r.IntN(2)]
+		name := []string{"probe", "calc", "guard"}[r.IntN(3)]
 		sm.logf("send a %s call", name)
 		sm.send(protocol.UIMessageChunk{Type: protocol.ChunkTextEnd, ID: "t0"})
 		sm.send(protocol.UIMessageChunk{Type: protocol.ChunkToolInputAvailable, ToolCallID: id("call"), ToolName: name, Input: json.RawMessage(`{}`)})
@@ -498,6 +512,11 @@ func (sm *simulation) drain() error {
 			}
 			sm.endStream()
 			progressed = true
+		} else if ev := sm.approval(true); ev.ID != "" {
+			// The clients answer every approval still pending.
+			sm.push(ev, "new", nil)
+			sm.settle()
+			continue
 		} else if sm.lanePending() {
 			// A paused session owes a step it will not start: resume it.
 			if st, _ := sm.frontier(); st != nil && (st.Inbox.Paused || (st.Active != nil && st.Active.Phase == protocol.PhasePaused)) {
@@ -563,7 +582,9 @@ func (sm *simulation) allAnswered() error {
 
 func runSimulation(t *testing.T, seed uint64, steps int) {
 	st := newSimTools()
-	tr := newTranscriptWith(t, protocol.ProgressOptions{}, []tools.Tool{st.tool("probe", "report"), st.tool("calc", "rerun")})
+	guard := st.tool("guard", "rerun")
+	guard.NeedsApproval = func(json.RawMessage) bool { return true }
+	tr := newTranscriptWith(t, protocol.ProgressOptions{}, []tools.Tool{st.tool("probe", "report"), st.tool("calc", "rerun"), guard})
 	sm := &simulation{tr: tr, r: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), tools: st}
 	t.Cleanup(func() {
 		if t.Failed() {
