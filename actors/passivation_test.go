@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
 )
 
 func heapInUse() uint64 {
@@ -148,4 +150,43 @@ func TestASessionPassivatesAfterItsHandlerSucceeded(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// A session passivates once idle even when its idle timer fired while it
+// was busy. protoactor cancels an actor's receive timeout when it fires; a
+// session that ignored it (here a tool call running longer than
+// PassivateAfter, in the soak a push arriving as the timer fired) stayed
+// active, its state in memory, until the process ended.
+func TestASessionBusyWhenItsIdleTimerFiredStillPassivates(t *testing.T) {
+	ran := make(chan struct{})
+	slow := tools.Tool{Name: "slow", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		defer close(ran)
+		select {
+		case <-time.After(300 * time.Millisecond):
+			return json.RawMessage(`"done"`), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
+	withSlow := func(a *AgentOptions) { a.Tools = []tools.Tool{slow} }
+	f := newFixture(t, `{"replies":[{"toolCalls":[{"name":"slow","input":{}}],"then":{"text":"answered"}}]}`, withSlow)
+	f.close()
+	f.opts.PassivateAfter = 50 * time.Millisecond
+	f.open(withSlow)
+	f.push("s1", protocol.Inputs.Text("m1", "hello"))
+	// Nothing asks the session anything while the tool runs (a state read
+	// would restart its timer): the timer fires during the run.
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the tool did not run")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for f.rt.IsActive("s1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the session is still active 10 s after its tool ended (PassivateAfter %s)", f.opts.PassivateAfter)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.waitFor("s1", "the turn, from the store", func(s *protocol.AIState) bool { return idle(s) && lastText(s) == "answered" })
 }

@@ -269,6 +269,13 @@ func (s *sessionActor) Receive(c actor.Context) {
 		if s.idle() {
 			telemetry.Metrics().Passivations.Add(context.Background(), 1)
 			s.stop() // passivate: the next request activates it from the store
+			return
+		}
+		if _, fired := m.(*actor.ReceiveTimeout); fired {
+			// protoactor cancels a receive timeout once it fires: a session
+			// busy at that moment sets it again, or it would never
+			// passivate (its state kept until the process ends).
+			c.SetReceiveTimeout(s.rt.opts.PassivateAfter)
 		}
 	case *recoverProbe:
 		busy := s.broken == nil && !s.idle()

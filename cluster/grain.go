@@ -44,7 +44,12 @@ func (g *grain) Receive(c actor.Context) {
 	case *actor.ReceiveTimeout:
 		if !g.n.rt.IsActive(g.session) && !g.n.hasStreams(g.session) {
 			c.Stop(c.Self())
+			return
 		}
+		// protoactor cancels a receive timeout once it fires: a grain whose
+		// session is still active, or streamed, sets it again, or it would
+		// never stop.
+		c.SetReceiveTimeout(g.n.cfg.GrainIdle)
 	case *actor.Stopping:
 		g.n.endStreams(g.session, errMovedAway)
 	case *actor.Stopped:

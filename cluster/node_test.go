@@ -52,6 +52,9 @@ type memberSetup struct {
 	keys   [][]byte     // Config.Keys
 	tls    *TLS         // Config.TLS
 	logger *slog.Logger // Config.Logger
+
+	grainIdle      time.Duration // Config.GrainIdle
+	passivateAfter time.Duration // the runtime's Options.PassivateAfter
 }
 
 // scriptAgent is the agent "assistant" on the script model of this JSON.
@@ -93,7 +96,7 @@ func startTestMember(t testing.TB, m memberSetup) (*Node, *actors.Runtime) {
 		t.Fatal(err)
 	}
 	n, err := New(Config{Name: "unit", Role: RoleMember, Bind: m.bind, Join: m.join, StoreID: id, Agents: []*actors.Agent{agent},
-		Keys: m.keys, TLS: m.tls, Logger: m.logger})
+		Keys: m.keys, TLS: m.tls, Logger: m.logger, GrainIdle: m.grainIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +104,8 @@ func startTestMember(t testing.TB, m memberSetup) (*Node, *actors.Runtime) {
 	if m.wrap != nil {
 		store = m.wrap(store)
 	}
-	rt, err := actors.New(store, []*actors.Agent{agent}, actors.Options{Place: n.Place, SkipRecovery: true, Lease: n.LeaseOptions()})
+	rt, err := actors.New(store, []*actors.Agent{agent}, actors.Options{Place: n.Place, SkipRecovery: true, Lease: n.LeaseOptions(),
+		PassivateAfter: m.passivateAfter})
 	if err != nil {
 		t.Fatal(err)
 	}
