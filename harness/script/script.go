@@ -187,16 +187,21 @@ func (m *Model) choose(req harness.Request) (*Reply, error) {
 			return r, nil
 		}
 	}
+	// A session has an entry only once it used a reply of the list (a
+	// node serving the default reply to many sessions keeps none).
 	used := m.used[req.SessionID]
-	if used == nil {
-		used = map[int]bool{}
-		m.used[req.SessionID] = used
+	use := func(i int) {
+		if used == nil {
+			used = map[int]bool{}
+			m.used[req.SessionID] = used
+		}
+		used[i] = true
 	}
 	text := strings.ToLower(req.LatestUserText())
 	for i := range m.script.Replies {
 		r := &m.script.Replies[i]
 		if !used[i] && r.Match != "" && strings.Contains(text, strings.ToLower(r.Match)) {
-			used[i] = true
+			use(i)
 			m.remember(req.SessionID, r)
 			return r, nil
 		}
@@ -204,7 +209,7 @@ func (m *Model) choose(req harness.Request) (*Reply, error) {
 	for i := range m.script.Replies {
 		r := &m.script.Replies[i]
 		if !used[i] && r.Match == "" {
-			used[i] = true
+			use(i)
 			m.remember(req.SessionID, r)
 			return r, nil
 		}

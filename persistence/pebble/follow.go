@@ -118,6 +118,9 @@ func (f *follower) Close() {
 	f.closeOnce.Do(func() {
 		f.st.mu.Lock()
 		delete(f.st.followers, f)
+		if len(f.st.followers) == 0 {
+			f.st.followers = nil // a cached idle session keeps no map
+		}
 		f.st.mu.Unlock()
 		f.s.sessions.release(f.session, f.st)
 	})
