@@ -339,7 +339,18 @@ func (sm *simulation) step() {
 	case k == 4:
 		sm.logf("push a control")
 		var ev protocol.Event
-		switch n := r.IntN(6); n {
+		switch n := r.IntN(11); n {
+		case 10:
+			// The user retries a failed response, or one that did not fail.
+			if ev = sm.retry(id("r")); ev.Type == "" {
+				return
+			}
+		case 6, 7, 8, 9:
+			// The user edits, moves, removes or sends now a queued input.
+			ev = sm.queueCommand(n-6, id("e"))
+			if ev.Type == "" {
+				return
+			}
 		case 4, 5:
 			// The user answers a pending approval of a guard call, or
 			// answers again one already answered.
@@ -356,7 +367,7 @@ func (sm *simulation) step() {
 			if st, _ := sm.frontier(); st != nil && st.Active != nil {
 				turn = st.Active.TurnID
 			}
-			ev = protocol.Inputs.Stop(turn, nil)
+			ev = protocol.Inputs.Stop(turn, sm.seenIndex())
 		case 3:
 			var turn *string
 			if st, _ := sm.frontier(); st != nil && st.Active != nil {
@@ -412,6 +423,11 @@ func (sm *simulation) step() {
 	case k < 16 && tr.stream != nil && !sm.finished:
 		c := protocol.UIMessageChunk{Type: protocol.ChunkTextDelta, ID: "t0", Delta: "word "}
 		switch {
+		case r.IntN(16) == 0:
+			// The provider fails the step: the response fails and awaits
+			// a retry (or a stop).
+			c = protocol.UIMessageChunk{Type: protocol.ChunkError, ErrorText: "the provider failed"}
+			sm.finished = true
 		case !sm.textOpen:
 			c = protocol.UIMessageChunk{Type: protocol.ChunkTextStart, ID: "t0"}
 			sm.textOpen = true
@@ -632,7 +648,8 @@ func runSimulation(t *testing.T, seed uint64, steps int) {
 	st.mu.Lock()
 	runs := len(st.runs)
 	st.mu.Unlock()
-	t.Logf("seed %d: %d steps %v; %d tool calls run; %d states compared with the log; %d events", seed, len(sm.log), kinds, runs, sm.compared, last)
+	t.Logf("seed %d: %d steps %v; commands applied %v; %d tool calls run; %d states compared with the log; %d events",
+		seed, len(sm.log), kinds, appliedCommands(sm.storedLog()), runs, sm.compared, last)
 }
 
 // TestSimulatedSchedules runs seeded schedules of the real session actor
