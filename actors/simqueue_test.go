@@ -2,14 +2,17 @@ package actors
 
 import (
 	"encoding/json"
+	"fmt"
+	"time"
 
 	"github.com/a2-runtime/a2/protocol"
 )
 
-// The simulated schedules' queue commands (simulate_test.go): a client
-// edits, moves, removes or sends now one of the inputs queued in the
-// session's inbox, as it last saw it, and stops a turn at a seen index
-// that may be anywhere in the response, past it, or absent.
+// The simulated schedules' clients (simulate_test.go): a client edits,
+// moves, removes or sends now one of the inputs queued in the session's
+// inbox, as it last saw it, stops a turn at a seen index that may be
+// anywhere in the response, past it, or absent, and retries; at the end
+// every push must have its answer.
 
 // queueCommand builds the queue command op (0 edit, 1 move, 2 remove,
 // 3 send now) for a random queued input; the zero event when the inbox is
@@ -101,4 +104,29 @@ func (sm *simulation) retry(retryID string) protocol.Event {
 	}
 	sm.logf("retry %s after %s (status %s)", resp.ID, user, st.Status)
 	return protocol.Inputs.Retry(protocol.RetryOptions{MessageID: user, ResponseMessageID: resp.ID, RetryID: retryID})
+}
+
+// allAnswered waits (bounded) for every push's answer, acknowledging the
+// writes that still come: a push the runtime sends again to a new
+// activation (after a failed write) can arrive after the drain settled.
+func (sm *simulation) allAnswered() error {
+	deadline := time.Now().Add(transcriptWait)
+	for _, p := range sm.pushes {
+		for p.done == nil {
+			select {
+			case r := <-p.result:
+				p.done = &r
+			case <-time.After(5 * time.Millisecond):
+				for sm.tr.store.ack() == nil {
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("push %s was never answered", p.ev.ID)
+				}
+			}
+		}
+	}
+	for sm.tr.store.ack() == nil {
+	}
+	sm.settle()
+	return sm.check()
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 
+	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
 )
 
@@ -59,6 +61,12 @@ func (st *simTools) tool(name, recovery string) tools.Tool {
 			}
 			st.mu.Unlock()
 		}()
+		if stubborn(run) {
+			// It ignores its context: cut short, it still returns only
+			// when the schedule ends it, with a late result.
+			e := <-end
+			return e.out, e.err
+		}
 		select {
 		case e := <-end:
 			return e.out, e.err
@@ -66,6 +74,35 @@ func (st *simTools) tool(name, recovery string) tools.Tool {
 			return nil, context.Cause(ctx)
 		}
 	}}
+}
+
+// stubborn picks the runs (a third of them, by their key) that ignore
+// their context.
+func stubborn(run string) bool {
+	h := fnv.New32a()
+	h.Write([]byte(run))
+	return h.Sum32()%3 == 0
+}
+
+// oneOutcomePerCall checks a log's tool outcomes: at most one per call
+// and version, whatever the attempts, late results and restarts before.
+func oneOutcomePerCall(evs []protocol.Event) error {
+	seen := map[string]uint64{}
+	for _, ev := range evs {
+		if ev.Type != protocol.TypeToolExecCompleted {
+			continue
+		}
+		var c protocol.ToolExecutionCompleted
+		if err := json.Unmarshal(ev.Payload, &c); err != nil {
+			return err
+		}
+		k := fmt.Sprintf("%s v%d", c.ToolCallID, c.Version)
+		if at, ok := seen[k]; ok {
+			return fmt.Errorf("the tool call %s has two outcomes, at %d and %d", k, at, ev.Index)
+		}
+		seen[k] = ev.Index
+	}
+	return nil
 }
 
 // end ends the oldest running call (false: none runs).

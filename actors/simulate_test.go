@@ -168,6 +168,9 @@ func (sm *simulation) check() error {
 		return fmt.Errorf("a report tool ran again: %s", twice)
 	}
 	evs := sm.storedLog()
+	if err := oneOutcomePerCall(evs); err != nil {
+		return err
+	}
 	byID := map[string]protocol.Event{}
 	receipts := map[string]int{}
 	for _, ev := range evs {
@@ -569,31 +572,6 @@ func (sm *simulation) drain() error {
 	}
 	b, _ := json.Marshal(st)
 	return fmt.Errorf("the session did not settle: pending %+v, state %s", protocol.Pending(protocol.WorkPolicy{}, st), b)
-}
-
-// allAnswered waits (bounded) for every push's answer, acknowledging the
-// writes that still come: a push the runtime sends again to a new
-// activation (after a failed write) can arrive after the drain settled.
-func (sm *simulation) allAnswered() error {
-	deadline := time.Now().Add(transcriptWait)
-	for _, p := range sm.pushes {
-		for p.done == nil {
-			select {
-			case r := <-p.result:
-				p.done = &r
-			case <-time.After(5 * time.Millisecond):
-				for sm.tr.store.ack() == nil {
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("push %s was never answered", p.ev.ID)
-				}
-			}
-		}
-	}
-	for sm.tr.store.ack() == nil {
-	}
-	sm.settle()
-	return sm.check()
 }
 
 func runSimulation(t *testing.T, seed uint64, steps int) {
