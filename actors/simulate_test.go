@@ -65,6 +65,7 @@ type simulation struct {
 	folded  *protocol.AIState
 	foldedN uint64
 	lastID  string
+	stream  *simStream // the client's live stream (simstream_test.go)
 }
 
 type simPush struct {
@@ -169,6 +170,9 @@ func (sm *simulation) check() error {
 	}
 	evs := sm.storedLog()
 	if err := oneOutcomePerCall(evs); err != nil {
+		return err
+	}
+	if err := sm.readStream(evs); err != nil {
 		return err
 	}
 	byID := map[string]protocol.Event{}
@@ -463,6 +467,8 @@ func (sm *simulation) step() {
 	case k == 19 && r.IntN(4) == 0:
 		sm.logf("crash")
 		sm.crash()
+	case k == 19 && r.IntN(3) == 0:
+		sm.reconnect()
 	default:
 		return
 	}
@@ -618,6 +624,9 @@ func runSimulation(t *testing.T, seed uint64, steps int) {
 	if err := sm.drain(); err != nil {
 		fail(err)
 	}
+	if err := sm.streamCaughtUp(); err != nil {
+		fail(err)
+	}
 	kinds := map[string]int{}
 	for _, l := range sm.log {
 		kinds[strings.SplitN(l, " ", 2)[0]]++
@@ -626,8 +635,12 @@ func runSimulation(t *testing.T, seed uint64, steps int) {
 	st.mu.Lock()
 	runs := len(st.runs)
 	st.mu.Unlock()
-	t.Logf("seed %d: %d steps %v; commands applied %v; %d tool calls run; %d states compared with the log; %d events",
-		seed, len(sm.log), kinds, appliedCommands(sm.storedLog()), runs, sm.compared, last)
+	streamed := 0
+	if sm.stream != nil {
+		streamed = sm.stream.got
+	}
+	t.Logf("seed %d: %d steps %v; commands applied %v; %d tool calls run; %d states compared with the log; %d events, %d streamed",
+		seed, len(sm.log), kinds, appliedCommands(sm.storedLog()), runs, sm.compared, last, streamed)
 }
 
 // TestSimulatedSchedules runs seeded schedules of the real session actor
