@@ -66,6 +66,11 @@ type simulation struct {
 	foldedN uint64
 	lastID  string
 	stream  *simStream // the client's live stream (simstream_test.go)
+	// the session's member, how many there were, those it moved from
+	// (simmove_test.go)
+	owner   string
+	members int
+	fenced  []*Runtime
 }
 
 type simPush struct {
@@ -173,6 +178,9 @@ func (sm *simulation) check() error {
 		return err
 	}
 	if err := sm.readStream(evs); err != nil {
+		return err
+	}
+	if err := sm.epochsRise(); err != nil {
 		return err
 	}
 	byID := map[string]protocol.Event{}
@@ -290,20 +298,12 @@ func (tr *transcript) awaitNextOrEnd() {
 // runtime and opens another on what the store holds.
 func (sm *simulation) crash() {
 	tr := sm.tr
-	lose := func() {
-		tr.store.mu.Lock()
-		held := tr.store.held
-		tr.store.held = nil
-		tr.store.mu.Unlock()
-		for _, w := range held {
-			w.done(nil, fmt.Errorf("%w: the node crashed", persistence.ErrClosed))
-		}
-	}
+	lose := sm.loseHeld
 	tr.stream = nil
 	// Close waits for the writes in flight, and a session that stops may
 	// start another: every write is lost until the runtime has closed.
 	closed := make(chan struct{})
-	go func() { tr.f.rt.Close(); close(closed) }()
+	go func() { tr.f.rt.Close(); sm.closeFenced(); close(closed) }()
 	deadline := time.After(transcriptWait)
 	for done := false; !done; {
 		lose()
@@ -316,12 +316,7 @@ func (sm *simulation) crash() {
 		}
 	}
 	lose()
-	rt, err := New(tr.store, []*Agent{tr.f.agent}, Options{SkipRecovery: true, LookupPushesFor: 1 << 62})
-	if err != nil {
-		tr.t.Fatal(err)
-	}
-	rt.clock = tr.clock
-	tr.f.rt = rt
+	tr.f.rt = sm.member()
 	sm.textOpen, sm.finished = false, false
 }
 
@@ -469,6 +464,8 @@ func (sm *simulation) step() {
 		sm.crash()
 	case k == 19 && r.IntN(3) == 0:
 		sm.reconnect()
+	case k == 19 && r.IntN(2) == 0:
+		sm.move()
 	default:
 		return
 	}
@@ -586,6 +583,8 @@ func runSimulation(t *testing.T, seed uint64, steps int) {
 	guard.NeedsApproval = func(json.RawMessage) bool { return true }
 	tr := newTranscriptWith(t, protocol.ProgressOptions{}, []tools.Tool{st.tool("probe", "report"), st.tool("calc", "rerun"), guard})
 	sm := &simulation{tr: tr, r: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), tools: st}
+	tr.f.rt.Close()
+	tr.f.rt = sm.member()
 	t.Cleanup(func() {
 		if t.Failed() {
 			tail := sm.log
@@ -627,6 +626,7 @@ func runSimulation(t *testing.T, seed uint64, steps int) {
 	if err := sm.streamCaughtUp(); err != nil {
 		fail(err)
 	}
+	sm.closeFenced()
 	kinds := map[string]int{}
 	for _, l := range sm.log {
 		kinds[strings.SplitN(l, " ", 2)[0]]++

@@ -103,6 +103,13 @@ type heldStore struct {
 	started []string // writes started since the last report, described
 	n       int
 	lookups map[string]chan struct{}
+	// appended lists the writes the store took (not replays), in order:
+	// the first index and the lease's epoch of each.
+	appended []appendedWrite
+}
+
+type appendedWrite struct {
+	first, epoch uint64
 }
 
 type heldWrite struct {
@@ -170,7 +177,13 @@ func (h *heldStore) ack() error {
 	w := h.held[0]
 	h.held = h.held[1:]
 	h.mu.Unlock()
+	last, _ := h.Store.LastIndex(context.Background(), w.session)
 	stored, err := h.Store.Append(context.Background(), w.session, w.expected, w.events, w.opts.Options()...)
+	if err == nil && len(stored) > 0 && stored[0].Index > last {
+		h.mu.Lock()
+		h.appended = append(h.appended, appendedWrite{first: stored[0].Index, epoch: w.opts.Epoch})
+		h.mu.Unlock()
+	}
 	w.done(stored, err)
 	return err
 }
