@@ -237,7 +237,7 @@ func Parse(name string, data []byte) (*File, error) {
 		at := fmt.Sprintf("agents[%d]", i)
 		unique(seen, "agents", i, a.Name)
 		if a.Harness == "pi" {
-			ps = append(ps, f.problem(at+".harness", "the Pi harness is not in this build: leave harness out (or a2) for A2's own"))
+			ps = append(ps, f.problem(at+".harness", "an agents file cannot choose the Pi harness yet: run the node with --harness pi for a Pi coding agent, or leave harness out (or a2) for A2's own"))
 		}
 		if a.StepTimeout != "" {
 			if d, err := time.ParseDuration(a.StepTimeout); err != nil || d <= 0 {

@@ -132,7 +132,7 @@ func TestAFileWithProblemsIsRefused(t *testing.T) {
 		{"an MCP server with a command and a url", "mcpServers:\n  - name: files\n    command: mcp-files\n    url: http://127.0.0.1:1/mcp\nagents:\n  - name: a\n", []string{"agents.yaml:2: mcpServers[0]: an MCP server has a command (stdio) or a url"}},
 		{"two MCP servers of one name", "mcpServers:\n  - name: f\n    command: x\n  - name: f\n    command: y\nagents:\n  - name: a\n", []string{`agents.yaml:4: mcpServers[1].name: mcpServers[0] is named "f" already`}},
 		{"an MCP server's tools renamed", "mcpServers:\n  - name: f\n    command: x\nagents:\n  - name: a\n    tools:\n      - mcp: f\n        name: g\n", []string{"agents.yaml:7: agents[0].tools[0]: an MCP server's tools have their own names"}},
-		{"the Pi harness", "agents:\n  - name: a\n    harness: pi\n", []string{"agents.yaml:3: agents[0].harness: the Pi harness is not in this build"}},
+		{"the Pi harness", "agents:\n  - name: a\n    harness: pi\n", []string{"agents.yaml:3: agents[0].harness: an agents file cannot choose the Pi harness yet: run the node with --harness pi"}},
 		{"a harness of another name", "agents:\n  - name: a\n    harness: langchain\n", []string{"agents.yaml:3: agents[0].harness: value must be one of 'a2', 'pi'"}},
 		{"a built-in tool given a name", "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n        name: calc\n", []string{"agents.yaml:4: agents[0].tools[0]: a built-in tool has its own name"}},
 	} {
