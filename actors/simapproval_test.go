@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"encoding/json"
 	"slices"
 
 	"github.com/a2-runtime/a2/protocol"
@@ -28,14 +29,25 @@ func (sm *simulation) approval(approve bool) protocol.Event {
 		RequestID: pa.RequestID, GenerationID: pa.GenerationID})
 }
 
-// toolApprovalOf is the approval on record for a tool call's part.
-func toolApprovalOf(st *protocol.AIState, call string) *protocol.ToolApproval {
-	for _, m := range st.Messages {
-		for _, p := range m.Parts {
-			if p.IsToolPart() && p.ToolCallID == call {
-				return p.Approval
+// approvedCalls lists the tool calls the log approves: an approval
+// command whose decision applied it. (The state is not enough: a retry or
+// a stop can replace the response the call's part was in.)
+func approvedCalls(log []protocol.Event) map[string]bool {
+	approvals := map[string]string{} // command ID -> tool call approved
+	approved := map[string]bool{}
+	for _, ev := range log {
+		switch ev.Type {
+		case protocol.TypeControlRequested:
+			var c protocol.Command
+			if json.Unmarshal(ev.Payload, &c) == nil && c.Action == protocol.ActionApproval && c.Approved != nil && *c.Approved {
+				approvals[ev.ID] = c.ToolCallID
+			}
+		case protocol.TypeControlDecided:
+			var d protocol.Decided
+			if json.Unmarshal(ev.Payload, &d) == nil && d.Outcome == protocol.OutcomeApplied && approvals[d.CommandID] != "" {
+				approved[approvals[d.CommandID]] = true
 			}
 		}
 	}
-	return nil
+	return approved
 }

@@ -239,9 +239,10 @@ func (sm *simulation) check() error {
 	}
 	// A tool that needs approval runs only once the user approved its
 	// call (R-APPROVAL-01): the log has the approval before the run's claim.
+	approved := approvedCalls(sm.storedLog())
 	for _, call := range sm.tools.ranCalls("guard") {
-		if a := toolApprovalOf(sm.folded, call); a == nil || a.Approved == nil || !*a.Approved {
-			return fmt.Errorf("the guard call %s ran without an approval: %+v", call, a)
+		if !approved[call] {
+			return fmt.Errorf("the guard call %s ran without an approval applied in the log", call)
 		}
 	}
 	sm.compared++
