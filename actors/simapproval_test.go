@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"encoding/json"
 	"slices"
 
 	"github.com/a2-runtime/a2/protocol"
@@ -33,20 +32,10 @@ func (sm *simulation) approval(approve bool) protocol.Event {
 // command whose decision applied it. (The state is not enough: a retry or
 // a stop can replace the response the call's part was in.)
 func approvedCalls(log []protocol.Event) map[string]bool {
-	approvals := map[string]string{} // command ID -> tool call approved
 	approved := map[string]bool{}
-	for _, ev := range log {
-		switch ev.Type {
-		case protocol.TypeControlRequested:
-			var c protocol.Command
-			if json.Unmarshal(ev.Payload, &c) == nil && c.Action == protocol.ActionApproval && c.Approved != nil && *c.Approved {
-				approvals[ev.ID] = c.ToolCallID
-			}
-		case protocol.TypeControlDecided:
-			var d protocol.Decided
-			if json.Unmarshal(ev.Payload, &d) == nil && d.Outcome == protocol.OutcomeApplied && approvals[d.CommandID] != "" {
-				approved[approvals[d.CommandID]] = true
-			}
+	for _, c := range applied(log) {
+		if c.Action == protocol.ActionApproval && c.Approved != nil && *c.Approved {
+			approved[c.ToolCallID] = true
 		}
 	}
 	return approved

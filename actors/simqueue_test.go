@@ -64,26 +64,38 @@ func (sm *simulation) seenIndex() *int64 {
 	return &i
 }
 
-// appliedCommands counts the commands of a log its decisions applied, by
-// action (a schedule's summary: which of the clients' commands took effect).
-func appliedCommands(log []protocol.Event) map[string]int {
-	actions := map[string]string{}
-	applied := map[string]int{}
+// applied lists the commands of a log its decisions applied, in order.
+func applied(log []protocol.Event) []protocol.Command {
+	commands := map[string]protocol.Command{}
+	var out []protocol.Command
 	for _, ev := range log {
 		switch ev.Type {
 		case protocol.TypeControlRequested:
 			var c protocol.Command
 			if json.Unmarshal(ev.Payload, &c) == nil {
-				actions[ev.ID] = c.Action
+				commands[ev.ID] = c
 			}
 		case protocol.TypeControlDecided:
 			var d protocol.Decided
-			if json.Unmarshal(ev.Payload, &d) == nil && d.Outcome == protocol.OutcomeApplied {
-				applied[actions[d.CommandID]]++
+			if json.Unmarshal(ev.Payload, &d) != nil || d.Outcome != protocol.OutcomeApplied {
+				continue
+			}
+			if c, ok := commands[d.CommandID]; ok {
+				out = append(out, c)
 			}
 		}
 	}
-	return applied
+	return out
+}
+
+// appliedCommands counts the commands of a log its decisions applied, by
+// action (a schedule's summary: which of the clients' commands took effect).
+func appliedCommands(log []protocol.Event) map[string]int {
+	counts := map[string]int{}
+	for _, c := range applied(log) {
+		counts[c.Action]++
+	}
+	return counts
 }
 
 // retry builds a retry of the last response (the user message before it
