@@ -65,7 +65,7 @@ func TestAFileOfAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, ps := f.options(models(t), Defaults{Model: "demo", StepTimeout: 10 * time.Minute}, builtins, nil)
+	opts, ps := f.options(models(t), Defaults{Model: "demo", StepTimeout: 10 * time.Minute}, builtins, nil, nil)
 	if len(ps) != 0 {
 		t.Fatalf("problems: %v", ps)
 	}
@@ -132,7 +132,6 @@ func TestAFileWithProblemsIsRefused(t *testing.T) {
 		{"an MCP server with a command and a url", "mcpServers:\n  - name: files\n    command: mcp-files\n    url: http://127.0.0.1:1/mcp\nagents:\n  - name: a\n", []string{"agents.yaml:2: mcpServers[0]: an MCP server has a command (stdio) or a url"}},
 		{"two MCP servers of one name", "mcpServers:\n  - name: f\n    command: x\n  - name: f\n    command: y\nagents:\n  - name: a\n", []string{`agents.yaml:4: mcpServers[1].name: mcpServers[0] is named "f" already`}},
 		{"an MCP server's tools renamed", "mcpServers:\n  - name: f\n    command: x\nagents:\n  - name: a\n    tools:\n      - mcp: f\n        name: g\n", []string{"agents.yaml:7: agents[0].tools[0]: an MCP server's tools have their own names"}},
-		{"the Pi harness", "agents:\n  - name: a\n    harness: pi\n", []string{"agents.yaml:3: agents[0].harness: an agents file cannot choose the Pi harness yet: run the node with --harness pi"}},
 		{"a harness of another name", "agents:\n  - name: a\n    harness: langchain\n", []string{"agents.yaml:3: agents[0].harness: value must be one of 'a2', 'pi'"}},
 		{"a built-in tool given a name", "agents:\n  - name: a\n    tools:\n      - builtin: calculator\n        name: calc\n", []string{"agents.yaml:4: agents[0].tools[0]: a built-in tool has its own name"}},
 	} {
@@ -182,6 +181,21 @@ func TestBuildRefusesWhatTheNodeCannotServe(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("the error does not say %q:\n%s", w, err)
 		}
+	} // Pi's coding agent, on a node that cannot start it, or whose Pi
+	// fails to start: the reason at the agent's harness.
+	f, err = Parse("agents.yaml", []byte("agents:\n  - name: a\n  - name: coder\n    harness: pi\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = f.Build(context.Background(), models(t), Defaults{Model: "demo"}, builtins)
+	if err == nil || !strings.Contains(err.Error(), "agents.yaml:4: agents[1].harness: this node cannot run Pi's coding agent") {
+		t.Errorf("Pi on a node without it: %v", err)
+	}
+	_, _, err = f.Build(context.Background(), models(t), Defaults{Model: "demo", Pi: func(context.Context) (External, error) {
+		return nil, errors.New("pi: the sidecar is not installed")
+	}}, builtins)
+	if err == nil || !strings.Contains(err.Error(), "agents.yaml:4: agents[1].harness: pi: the sidecar is not installed") {
+		t.Errorf("Pi that fails to start: %v", err)
 	}
 }
 
@@ -213,7 +227,7 @@ func TestMCPToolsWithAPolicyEach(t *testing.T) {
 			c.Close()
 		}
 	}()
-	opts, ops := f.options(models(t), Defaults{Model: "demo"}, builtins, conns)
+	opts, ops := f.options(models(t), Defaults{Model: "demo"}, builtins, conns, nil)
 	if len(ps)+len(ops) != 0 || len(opts) != 1 {
 		t.Fatalf("problems: %v %v", ps, ops)
 	}

@@ -45,6 +45,7 @@ import (
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/catalog"
 	"github.com/a2-runtime/a2/harness/demo"
+	"github.com/a2-runtime/a2/harness/pi"
 	"github.com/a2-runtime/a2/harness/providers"
 	"github.com/a2-runtime/a2/harness/script"
 	"github.com/a2-runtime/a2/telemetry"
@@ -283,12 +284,12 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	}
 	switch cfg.harness {
 	case "":
-		if cfg.sandboxes != "" || cfg.piSidecar != "" || cfg.sandboxDirs {
-			return cfg, errors.New("--sandboxes, --pi-sidecar and --sandbox-dirs go with --harness pi")
+		if cfg.agentsFile == "" && (cfg.sandboxes != "" || cfg.piSidecar != "" || cfg.sandboxDirs) {
+			return cfg, errors.New("--sandboxes, --pi-sidecar and --sandbox-dirs go with --harness pi, or with --config for its agents of harness: pi")
 		}
 	case "pi":
 		if cfg.agentsFile != "" {
-			return cfg, errors.New("--harness pi makes the default agent a Pi coding agent; it does not apply to the agents of --config")
+			return cfg, errors.New("--harness pi makes the default agent a Pi coding agent; it does not apply to the agents of --config (give an agent harness: pi there)")
 		}
 	default:
 		return cfg, fmt.Errorf("--harness %q: use pi, or leave it empty for A2's own", cfg.harness)
@@ -397,9 +398,26 @@ func nodeAgents(ctx context.Context, cfg config, p *providers.Set, testMode bool
 			return nil, nil, err
 		}
 		// A gateway routes to the members, which run the tools: it
-		// connects no MCP server.
-		return f.Build(ctx, p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout, Getenv: getenv, Logger: logger,
-			WithoutTools: cfg.cluster.role == cluster.RoleGateway}, nodeTools(testMode))
+		// connects no MCP server and starts no Pi sidecar.
+		var piHarness *pi.Harness
+		agents, stop, err := f.Build(ctx, p.For, agentsfile.Defaults{Model: p.Model(), StepTimeout: cfg.stepTimeout, Getenv: getenv, Logger: logger,
+			WithoutTools: cfg.cluster.role == cluster.RoleGateway,
+			Pi: func(ctx context.Context) (agentsfile.External, error) {
+				h, err := startPi(ctx, cfg, logger)
+				if err != nil {
+					return nil, err
+				}
+				piHarness = h
+				return h, nil
+			}}, nodeTools(testMode))
+		if piHarness != nil {
+			if err != nil {
+				_ = piHarness.Close()
+			} else {
+				stop = func(stop func()) func() { return func() { stop(); _ = piHarness.Close() } }(stop)
+			}
+		}
+		return agents, stop, err
 	}
 	if cfg.harness == "pi" && cfg.cluster.role != cluster.RoleGateway {
 		return piAgent(ctx, cfg, p, logger)

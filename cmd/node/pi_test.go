@@ -81,6 +81,77 @@ func TestNodeWithThePiHarness(t *testing.T) {
 	}
 }
 
+// R-HARNESS-01: an agents file chooses the harness per agent. A coder of
+// harness pi writes a file in its session's sandbox with Pi's write; an
+// agent of A2's own harness beside it, given the same script, has no
+// tool of that name (its call fails), and its session gets no sandbox.
+func TestAnAgentsFileWithAPiAgent(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(pi.SidecarDir(), "node_modules", "@earendil-works", "pi-coding-agent")); err != nil && os.Getenv("A2_REQUIRE_PI") == "" {
+		t.Skip("the Pi sidecar is not installed: run npm ci in harness/pi/sidecar, then go test -run TestAnAgentsFileWithAPiAgent ./cmd/node")
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "script.json")
+	agents := filepath.Join(dir, "agents.yaml")
+	for name, body := range map[string]string{
+		script: `{"default":{"toolCalls":[{"id":"w1","name":"write","input":{"path":"notes.txt","content":"from the coder"}}],"then":{"text":"ok"}}}`,
+		agents: "agents:\n  - name: coder\n    harness: pi\n  - name: plain\n",
+	} {
+		if err := os.WriteFile(name, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sandboxes := filepath.Join(dir, "sandboxes")
+	n := startNode(t, config{script: script, agentsFile: agents, sandboxes: sandboxes, sandboxDirs: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	turn := func(agent string) protocol.Part {
+		t.Helper()
+		c, err := client.New(n.url, agent, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Open(ctx, "notes-"+agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.Send(ctx, "take a note"); err != nil {
+			t.Fatal(err)
+		}
+		var st *protocol.AIState
+		if err := s.Wait(ctx, func(a *protocol.AIState) bool {
+			st = a
+			return (a.Active == nil && len(a.Messages) == 2) || a.Status == protocol.StatusFailed
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range st.Messages[1].Parts {
+			if p.ToolCallID == "w1" {
+				return p
+			}
+		}
+		t.Fatalf("%s: no call w1 in %+v (status %s)", agent, st.Messages[1].Parts, st.Status)
+		return protocol.Part{}
+	}
+	if p := turn("coder"); p.State != "output-available" {
+		t.Fatalf("the coder's write: %s %s %q", p.State, p.Output, p.ErrorText)
+	}
+	entries, err := os.ReadDir(sandboxes)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("the sandboxes' directory: %v %v, want the coder's session's", entries, err)
+	}
+	b, err := os.ReadFile(filepath.Join(sandboxes, entries[0].Name(), "notes.txt"))
+	if err != nil || string(b) != "from the coder" {
+		t.Fatalf("the coder's file: %q %v", b, err)
+	}
+	if p := turn("plain"); p.State != "output-error" {
+		t.Fatalf("the plain agent's write: %s %s, want an error (it has no Pi tools)", p.State, p.Output)
+	}
+	if entries, _ := os.ReadDir(sandboxes); len(entries) != 1 {
+		t.Fatalf("the sandboxes after the plain agent's turn: %d, want 1", len(entries))
+	}
+}
+
 // Bad --harness flags are refused with the reason.
 func TestPiHarnessFlags(t *testing.T) {
 	getenv := func(string) string { return "" }
@@ -89,7 +160,7 @@ func TestPiHarnessFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--harness", "fx"}, `--harness "fx"`},
-		{[]string{"--sandboxes", "/tmp/x"}, "go with --harness pi"},
+		{[]string{"--sandboxes", "/tmp/x"}, "go with --harness pi, or with --config"},
 		{[]string{"--sandbox-dirs"}, "go with --harness pi"},
 		{[]string{"--harness", "pi", "--config", "agents.yaml"}, "does not apply to the agents of --config"},
 	} {
@@ -98,7 +169,9 @@ func TestPiHarnessFlags(t *testing.T) {
 			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
 		}
 	}
-	if _, err := parseServeFlags([]string{"--harness", "pi"}, getenv, io.Discard); err != nil {
-		t.Fatalf("--harness pi: %v", err)
+	for _, args := range [][]string{{"--harness", "pi"}, {"--config", "agents.yaml", "--sandboxes", "/tmp/x", "--sandbox-dirs"}} {
+		if _, err := parseServeFlags(args, getenv, io.Discard); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
 	}
 }
