@@ -170,6 +170,7 @@ func TestBadLoops(t *testing.T) {
 		{"asks a tool no call made", hello + "\nRUN\n" + `{"type":"tool","run":"$RUN","toolCallId":"nope","toolName":"calculator"}`, `tool call "nope"`},
 		{"ends the response without a model call", hello + "\nRUN\n" + `{"type":"done","run":"$RUN"}`, "before this step's model call"},
 		{"fails the run", hello + "\nRUN\n" + `{"type":"error","run":"$RUN","message":"out of ideas"}`, "out of ideas"},
+		{"asks a reasoning level A2 does not have", hello + "\nRUN\n" + `{"type":"model","run":"$RUN","call":1,"reasoning":"extreme"}`, `reasoning "extreme" is not one of`},
 		{"asks an unknown type", hello + "\nRUN\n" + `{"type":"teleport","run":"$RUN"}`, "unknown message type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

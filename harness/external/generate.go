@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/a2-runtime/a2/actors"
@@ -199,8 +200,17 @@ func (s *step) openLive(m Message) error {
 	if err != nil {
 		return err
 	}
-	req := harness.Request{Model: s.gc.Model.Model, System: m.System, Messages: m.Messages, Tools: m.Tools, Settings: s.gc.Generation,
-		Headers: harness.RequestHeaders(nil, s.gc.Generation), SessionID: s.gc.Event.Session, GenerationID: s.gc.GenerationID}
+	settings := s.gc.Generation
+	if m.Reasoning != "" {
+		// The loop's level for this call (Pi's thinking level, which it
+		// took from the step's model settings, R-HARNESS-21).
+		if !slices.Contains(harness.ReasoningLevels, m.Reasoning) {
+			return s.refuse(fmt.Sprintf("model call %d: reasoning %q is not one of %s", m.Call, m.Reasoning, strings.Join(harness.ReasoningLevels, ", ")))
+		}
+		settings = harness.WithModelSettings(settings, harness.ModelSettings{Reasoning: m.Reasoning})
+	}
+	req := harness.Request{Model: s.gc.Model.Model, System: m.System, Messages: m.Messages, Tools: m.Tools, Settings: settings,
+		Headers: harness.RequestHeaders(nil, settings), SessionID: s.gc.Event.Session, GenerationID: s.gc.GenerationID}
 	live, err := model.Stream(s.ctx, req)
 	if err != nil {
 		return err

@@ -30,7 +30,7 @@ const ProtocolVersion = 1
 // Message types from the loop to A2.
 const (
 	TypeHello = "hello" // the loop's first line: {"protocol":1,"name":...}
-	TypeModel = "model" // a model call: call (1, 2, ... within the run), system, messages, tools
+	TypeModel = "model" // a model call: call (1, 2, ... within the run), system, messages, tools, reasoning
 	TypeTool  = "tool"  // a tool call: toolCallId, toolName, input
 	TypeDone  = "done"  // the loop ended the run by itself
 	TypeError = "error" // the run failed: message
@@ -96,6 +96,9 @@ type Message struct {
 	System   string                   `json:"system,omitempty"`
 	Messages []harness.ModelMessage   `json:"messages,omitempty"`
 	Tools    []harness.ToolDefinition `json:"tools,omitempty"`
+	// model: the call's reasoning level, when the loop sets it (Pi's
+	// thinking level): the live call is made with it.
+	Reasoning string `json:"reasoning,omitempty"`
 
 	// model, model-result, model-chunk
 	Call         int                      `json:"call,omitempty"`

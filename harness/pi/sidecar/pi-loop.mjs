@@ -86,9 +86,16 @@ const settingsManager = SettingsManager.inMemory({
   cacheWarming: "off",
 });
 
+// A2's reasoning level as Pi's thinking level (R-HARNESS-21), and Pi's
+// level of a call back as A2's, for the live call A2 makes. A2's
+// provider-default (or none set) leaves Pi's level off and the live
+// call's reasoning as the agent's settings have it.
+const piLevel = { none: "off", minimal: "minimal", low: "low", medium: "medium", high: "high", xhigh: "xhigh" };
+const a2Level = { off: "none", minimal: "minimal", low: "low", medium: "medium", high: "high", xhigh: "xhigh", max: "xhigh" };
+
 // Pi's model object for A2's model ID: A2 serves it whatever it is.
 const registered = new Set();
-function piModel(id, reasoning) {
+function piModel(id) {
   const model = {
     id,
     name: id,
@@ -96,7 +103,9 @@ function piModel(id, reasoning) {
     provider: PROVIDER,
     baseUrl: "http://a2.invalid",
     input: ["text", "image"],
-    reasoning: Boolean(reasoning),
+    reasoning: true,
+    // xhigh is a level of A2's: Pi offers it only where the map names it.
+    thinkingLevelMap: { xhigh: "xhigh" },
     contextWindow: 200000,
     maxTokens: 32000,
     cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
@@ -289,7 +298,8 @@ const stopOf = { "tool-calls": "toolUse", stop: "stop", length: "length" };
 async function respond(r) {
   const cwd = r.cwd || DEFAULT_CWD;
   const q = queue(r.run);
-  const model = piModel(r.model?.model || "a2-model", r.model?.reasoning);
+  const model = piModel(r.model?.model || "a2-model");
+  const level = piLevel[r.model?.reasoning];
   const history = r.messages || [];
   let last = history.length - 1;
   while (last >= 0 && history[last].role !== "user") last--;
@@ -338,7 +348,7 @@ async function respond(r) {
     cwd,
     agentDir: "/nonexistent/a2-pi",
     model,
-    thinkingLevel: r.model?.reasoning || "off",
+    thinkingLevel: level || "off",
     modelRuntime,
     settingsManager,
     resourceLoader: resources(r.instructions),
@@ -351,7 +361,15 @@ async function respond(r) {
     const call = ++calls;
     const msg = { role: "assistant", content: [], api: API, provider: PROVIDER, model: model.id, usage: zeroUsage(), stopReason: "stop", timestamp: Date.now() };
     const tools = getCurrentTools(context.messages).map((t) => ({ name: t.name, description: t.description, inputSchema: JSON.parse(JSON.stringify(t.parameters)) }));
-    send({ type: "model", run: r.run, call, system: getCurrentSystemPrompt(context.messages), messages: toA2(context.messages.filter((x) => x.role !== "system")), tools });
+    send({
+      type: "model",
+      run: r.run,
+      call,
+      system: getCurrentSystemPrompt(context.messages),
+      messages: toA2(context.messages.filter((x) => x.role !== "system")),
+      tools,
+      reasoning: level ? a2Level[options?.reasoning || "off"] : undefined,
+    });
     (async () => {
       stream.push({ type: "start", partial: msg });
       const open = new Map(); // chunk id -> content index
