@@ -60,7 +60,7 @@ func (s *step) open() error {
 		cwd = sb.WorkDir()
 	}
 	r, err := s.l.open(s.ctx, Message{Type: TypeRun, Run: s.l.newRunID(s.gc.GenerationID), Session: s.gc.Event.Session, Generation: s.gc.GenerationID,
-		Model: &model, Instructions: s.gc.Instructions, Settings: &settings, Messages: s.history, Tools: s.gc.Tools, Cwd: cwd})
+		Model: &model, Instructions: s.gc.Instructions, Settings: &settings, Messages: s.history, Tools: s.gc.Tools, Cwd: cwd}, s.cold)
 	if err != nil {
 		return err
 	}
@@ -104,6 +104,7 @@ type step struct {
 	ctx      context.Context
 	r        *run
 	attempts int
+	cold     bool // the loop lacked the saved state it was named: whole histories
 	gc       actors.GenerateContext
 	models   actors.ModelProvider
 	history  []harness.ModelMessage
@@ -127,6 +128,18 @@ func (s *step) Next() (protocol.UIMessageChunk, error) {
 		if err == nil {
 			continue
 		}
+		if errors.Is(err, errMissing) && !s.cold {
+			// The loop no longer holds the state the run started from: the
+			// run again, with the whole history (a longer rebuild, R-HARNESS-10).
+			s.r.p.forget(s.gc.Event.Session)
+			s.l.stats.missing.Add(1)
+			s.cold = true
+			s.r.close("missing")
+			s.attempts--
+			if err = s.open(); err == nil {
+				continue
+			}
+		}
 		if errors.Is(err, ErrExited) && s.attempts < maxRunAttempts && s.ctx.Err() == nil {
 			// The process ended during the replay: again, with a new one.
 			if err = s.open(); err == nil {
@@ -141,6 +154,12 @@ func (s *step) Next() (protocol.UIMessageChunk, error) {
 	// dropped).
 	c, err := s.live.Next()
 	if err == io.EOF {
+		if parts := s.content.parts(); s.content.finish == "stop" && finishOf(parts) == "stop" {
+			// The response ends here: a warm loop saves its state now,
+			// which stands for the step's prompt and this call's answer.
+			msgs := append(append([]harness.ModelMessage(nil), s.gc.ModelMessages...), harness.ModelMessage{Role: harness.ModelRoleAssistant, Content: parts})
+			s.r.p.expect(s.gc.Event.Session, s.r.id, msgs)
+		}
 		res := Message{Type: TypeModelResult, Run: s.r.id, Call: s.call, Content: s.content.parts(), FinishReason: s.content.finish, Usage: s.content.usage}
 		_ = s.r.p.send(res)
 		s.finish("")
@@ -185,6 +204,8 @@ func (s *step) serve() error {
 			return s.refuse(fmt.Sprintf("tool call %q (%s) has no recorded result: a run asks for the tools of its recorded model calls only", m.ToolCallID, m.ToolName))
 		}
 		return s.r.p.send(Message{Type: TypeToolResult, Run: s.r.id, ToolCallID: m.ToolCallID, ToolName: m.ToolName, Output: out})
+	case TypeMissing:
+		return errMissing
 	case TypeDone:
 		return errors.New("external: the agent loop ended the response before this step's model call")
 	case TypeError:
@@ -242,6 +263,9 @@ func (s *step) Close() error {
 	s.finish("closed")
 	return nil
 }
+
+// errMissing: the loop does not hold the state the run started from.
+var errMissing = errors.New("external: the agent loop does not hold the saved state the run started from")
 
 // finishOf is a recorded step's finish reason: tool calls, or a stop.
 func finishOf(content []harness.ContentPart) string {

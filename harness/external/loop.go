@@ -50,9 +50,10 @@ var ErrClosed = errors.New("external: the loop is closed")
 // Loop is one agent loop process serving the runs of many sessions,
 // started at its first run and started again after it ends.
 type Loop struct {
-	opts Options
-	log  *slog.Logger
-	seq  atomic.Uint64
+	opts  Options
+	log   *slog.Logger
+	seq   atomic.Uint64
+	stats stats
 
 	mu       sync.Mutex
 	proc     *process
@@ -158,6 +159,7 @@ type process struct {
 
 	mu    sync.Mutex
 	runs  map[string]*run
+	warm  map[string]*warmState // by session: the states the loop saved (warm.go)
 	err   error
 	endAt time.Time
 	done  chan struct{} // closed once the process has exited and its runs failed
@@ -346,11 +348,21 @@ func (r *run) fail(err error) {
 	})
 }
 
-// open starts a run: registers it and sends the run message.
-func (l *Loop) open(ctx context.Context, m Message) (*run, error) {
+// open starts a run: registers it and sends the run message. A step's
+// run starts from the loop's saved state of its session when the history
+// begins with what the state stands for, unless cold (warm.go).
+func (l *Loop) open(ctx context.Context, m Message, cold bool) (*run, error) {
 	p, err := l.process(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if m.Type == TypeRun {
+		if w := p.base(m.Session, m.Messages); w != nil && !cold {
+			m.Base, m.Messages = w.run, m.Messages[w.count:]
+			l.stats.warm.Add(1)
+		}
+		l.stats.runs.Add(1)
+		l.stats.messages.Add(uint64(len(m.Messages)))
 	}
 	r := &run{id: m.Run, p: p, in: make(chan Message, 16), ended: make(chan struct{})}
 	p.mu.Lock()

@@ -36,6 +36,8 @@ const (
 	TypeError = "error" // the run failed: message
 	TypeLog   = "log"   // a diagnostic line: level, message
 
+	TypeMissing = "missing" // a warm loop does not hold the run's base: A2 sends the run again whole
+
 	TypeSandbox  = "sandbox"  // during an execute: a sandbox operation (id, op, path, data, command, timeout)
 	TypeExecuted = "executed" // an execute's result: output, isError
 )
@@ -81,9 +83,15 @@ type Message struct {
 	Type string `json:"type"`
 	Run  string `json:"run,omitempty"`
 
-	// hello (Tools: the tools the loop implements)
+	// hello (Tools: the tools the loop implements; Warm: it keeps its
+	// state at the end of a session's last response, and takes base)
 	Protocol int    `json:"protocol,omitempty"`
 	Name     string `json:"name,omitempty"`
+	Warm     bool   `json:"warm,omitempty"`
+
+	// run: the saved state (the run that saved it) the run starts from;
+	// Messages then hold only the history after it
+	Base string `json:"base,omitempty"`
 
 	// run
 	Session      string                      `json:"session,omitempty"`

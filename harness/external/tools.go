@@ -63,7 +63,7 @@ func (l *Loop) execute(ctx context.Context, sandboxes SandboxFor, name string, i
 		return nil, fmt.Errorf("external: the session's sandbox: %w", err)
 	}
 	id := "x:" + hc.Call.ToolCallID + "#" + strconv.FormatUint(l.seq.Add(1), 10)
-	r, err := l.open(ctx, Message{Type: TypeExecute, Run: id, Session: hc.Session, Cwd: sb.WorkDir(), ToolCallID: hc.Call.ToolCallID, ToolName: name, Input: input})
+	r, err := l.open(ctx, Message{Type: TypeExecute, Run: id, Session: hc.Session, Cwd: sb.WorkDir(), ToolCallID: hc.Call.ToolCallID, ToolName: name, Input: input}, true)
 	if err != nil {
 		return nil, err
 	}

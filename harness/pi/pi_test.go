@@ -33,9 +33,16 @@ func startPi(t *testing.T, pool *sandbox.Pool) *pi.Harness {
 
 func startPiWith(t *testing.T, resolve external.SandboxFor) *pi.Harness {
 	t.Helper()
+	return startPiOpts(t, pi.Options{Sandbox: resolve})
+}
+
+// startPiOpts starts the sidecar with o, or skips as startPi does.
+func startPiOpts(t *testing.T, o pi.Options) *pi.Harness {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	h, err := pi.New(ctx, pi.Options{Sandbox: resolve, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	h, err := pi.New(ctx, o)
 	if errors.Is(err, pi.ErrNotInstalled) && os.Getenv("A2_REQUIRE_PI") == "" {
 		t.Skip("the Pi sidecar is not installed: run npm ci in harness/pi/sidecar, then go test ./harness/pi")
 	}

@@ -7,6 +7,7 @@ package externaltest
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -146,16 +147,23 @@ func Settled(st *protocol.AIState) bool {
 }
 
 // Turn pushes a user message and waits, up to within, until the session
-// settles (idle with a response, or failed); the test fails with the last
-// state seen if it does not.
+// settles with its response (idle with it, or failed); the test fails
+// with the last state seen if it does not.
 func (r *Runtime) Turn(session, text string, within time.Duration) *protocol.AIState {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	if _, err := r.RT.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text("m-"+session, text)}, false); err != nil {
+	before := len(r.State(session).Messages)
+	id := "m-" + session
+	if before > 0 {
+		id += "-" + strconv.Itoa(before)
+	}
+	if _, err := r.RT.Push(ctx, "assistant", session, []protocol.Event{protocol.Inputs.Text(id, text)}, false); err != nil {
 		r.t.Fatal(err)
 	}
-	return r.Wait(session, within, "the session's settling", Settled)
+	return r.Wait(session, within, "the session's settling", func(st *protocol.AIState) bool {
+		return st.Status == protocol.StatusFailed || (Settled(st) && len(st.Messages) >= before+2)
+	})
 }
 
 // ToolParts are the last response's tool parts by call ID.

@@ -295,17 +295,41 @@ function toA2(messages) {
 
 const stopOf = { "tool-calls": "toolUse", stop: "stop", length: "length" };
 
-async function respond(r) {
+// Pi's messages at the end of each session's last response, by session
+// (R-HARNESS-09): a run whose base names one starts from it, and A2 sends
+// only the history after it. At most WARM_SESSIONS, the least recently
+// used forgotten first (A2 is told missing when it names one).
+const warm = new Map(); // session -> { run, messages }
+const WARM_SESSIONS = Number(process.env.A2_PI_WARM_SESSIONS || 256);
+
+// The session's last run, until it has ended: a run that names a state
+// waits for it, since it may be the run saving that state.
+const running = new Map(); // session -> promise
+
+async function respond(r, previous) {
   const cwd = r.cwd || DEFAULT_CWD;
   const q = queue(r.run);
   const model = piModel(r.model?.model || "a2-model");
   const level = piLevel[r.model?.reasoning];
+  let base = [];
+  if (r.base) {
+    await Promise.race([previous, new Promise((resolve) => setTimeout(resolve, 10000))]);
+    const w = warm.get(r.session);
+    if (!w || w.run !== r.base) {
+      send({ type: "missing", run: r.run });
+      return;
+    }
+    base = w.messages;
+    warm.delete(r.session); // the most recently used last
+    warm.set(r.session, w);
+  }
   const history = r.messages || [];
   let last = history.length - 1;
   while (last >= 0 && history[last].role !== "user") last--;
   if (last < 0) throw new Error("the history has no user message to answer");
   const prompt = history[last];
   const sessionManager = SessionManager.inMemory(cwd);
+  for (const m of base) sessionManager.appendMessage(m);
   for (const m of await toPi(history.slice(0, last), model)) sessionManager.appendMessage(m);
   const asked = await userContent(prompt);
 
@@ -356,6 +380,7 @@ async function respond(r) {
     customTools,
   });
   let calls = 0;
+  let liveStop = false; // the live call ended the response
   session.agent.streamFunction = (m, context, options) => {
     const stream = createAssistantMessageEventStream();
     const call = ++calls;
@@ -407,6 +432,7 @@ async function respond(r) {
         if (a.type === "model-result" && a.call === call) {
           // A replayed call is its whole message at once (start, then done).
           if (a.replay) msg.content = toPiBlocks(a.content);
+          else liveStop = (stopOf[a.finishReason] || "stop") === "stop" && !msg.content.some((c) => c.type === "toolCall");
           if (a.usage) {
             const input = a.usage.inputTokens || 0;
             const output = a.usage.outputTokens || 0;
@@ -425,11 +451,22 @@ async function respond(r) {
     return stream;
   };
   q.onEnd = () => {
-    session.abort().catch(() => {});
+    // A live call that ended the response lets Pi end by itself (and its
+    // state be saved); otherwise Pi would ask for what the run no longer
+    // answers.
+    if (!liveStop) session.abort().catch(() => {});
   };
   try {
     const images = asked.filter((c) => c.type === "image");
     await session.prompt(textOf(asked) || " ", images.length > 0 ? { images } : undefined);
+    const end = session.messages[session.messages.length - 1];
+    if (liveStop && r.session && end?.role === "assistant" && end.stopReason === "stop") {
+      warm.delete(r.session);
+      // The conversation's messages only: Pi's system prompt and tools are
+      // made anew for each run, from its instructions and tools.
+      warm.set(r.session, { run: r.run, messages: session.messages.filter((m) => m.role !== "system") });
+      if (warm.size > WARM_SESSIONS) warm.delete(warm.keys().next().value);
+    }
   } finally {
     session.dispose();
   }
@@ -473,11 +510,15 @@ lines.on("line", (line) => {
   }
   if (m.type === "run") {
     queue(m.run);
-    respond(m)
+    const done = respond(m, running.get(m.session))
       .catch((err) => {
         if (err.message !== ENDED && !queue(m.run).ended) send({ type: "error", run: m.run, message: String(err.message || err) });
       })
-      .finally(() => queues.delete(m.run));
+      .finally(() => {
+        queues.delete(m.run);
+        if (running.get(m.session) === done) running.delete(m.session);
+      });
+    if (m.session) running.set(m.session, done);
     return;
   }
   if (m.type === "execute") {
@@ -499,4 +540,4 @@ const helloTools = piTools(DEFAULT_CWD, sandboxOps({ run: "" })).map((t) => ({
   // check admits any object.
   inputSchema: { type: "object" },
 }));
-send({ type: "hello", protocol: 1, name: "pi", tools: helloTools });
+send({ type: "hello", protocol: 1, name: "pi", tools: helloTools, warm: true });
