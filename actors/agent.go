@@ -98,10 +98,12 @@ type MetadataContext struct {
 	TotalUsage *protocol.Usage
 }
 
-// compactionConfigured reports whether compaction is configured
-// explicitly, which a custom Generate needs to compact at all (R-GEN-30).
-func (h HarnessOptions) compactionConfigured() bool {
-	return h.Compaction != (protocol.CompactionOptions{}) || h.CustomCompaction != nil || h.CompactionFunc != nil
+// compacts reports whether the agent's sessions compact: under A2's own
+// harness, and under a loop harness (Pi's), whose own compaction A2 could
+// not record, by default; under a custom Generate only when compaction is
+// configured explicitly (R-GEN-30).
+func (h HarnessOptions) compacts() bool {
+	return h.Generate == nil || h.Loop || h.Compaction != (protocol.CompactionOptions{}) || h.CustomCompaction != nil || h.CompactionFunc != nil
 }
 
 // Handler handles an application event at least once; event.ID is its
@@ -255,8 +257,7 @@ func (a *Agent) newToolbox(policy protocol.Policy, list []tools.Tool, strict boo
 		work: protocol.WorkPolicy{ToolLane: o.ToolLane, ReportTools: report,
 			// Model limits serve automatic compaction only, which a custom
 			// generate runs only when configured (R-GEN-30, R-META-07).
-			NoMetadata: !o.Harness.Compaction.Discovery() || o.Harness.CustomCompaction != nil ||
-				(o.Harness.Generate != nil && !o.Harness.compactionConfigured())},
+			NoMetadata: !o.Harness.Compaction.Discovery() || o.Harness.CustomCompaction != nil || !o.Harness.compacts()},
 	}, nil
 }
 

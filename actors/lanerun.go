@@ -129,9 +129,10 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	// The compaction choice, resolved once per generation (R-COMPACT-14)
 	// before the start is written: the start write asks for the model's
 	// limits only when the choice needs them (R-META-01, R-META-07). A
-	// custom generate compacts only when configured to (R-GEN-30).
+	// custom generate compacts only when configured to (R-GEN-30), a loop
+	// harness by default.
 	var choice CompactionChoice
-	compactable := a.Harness.Generate == nil || a.Harness.compactionConfigured()
+	compactable := a.Harness.compacts()
 	if compactable {
 		if choice, err = in.agent.compactionFor(ctx, rc, gs); err != nil {
 			failEarly(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/x/ansi"
+
 	"github.com/a2-runtime/a2/client"
 	"github.com/a2-runtime/a2/harness/pi"
 	"github.com/a2-runtime/a2/protocol"
@@ -24,8 +26,9 @@ func TestNodeWithThePiHarness(t *testing.T) {
 	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "script.json")
-	if err := os.WriteFile(script, []byte(`{"default":{"toolCalls":[{"id":"w1","name":"write","input":{"path":"hello.txt","content":"hello from the node"}}],
-		"then":{"toolCalls":[{"id":"b1","name":"bash","input":{"command":"cat hello.txt"}}],"then":{"text":"written and read"}}}}`), 0o600); err != nil {
+	if err := os.WriteFile(script, []byte(`{"default":{"toolCalls":[{"id":"w1","name":"write","input":{"path":"hello.txt","content":"hello from the node\nsecond line\n"}}],
+		"then":{"toolCalls":[{"id":"e1","name":"edit","input":{"path":"hello.txt","edits":[{"oldText":"second line","newText":"edited line"}]}}],
+		"then":{"toolCalls":[{"id":"b1","name":"bash","input":{"command":"cat hello.txt"}}],"then":{"text":"written and read"}}}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sandboxes := filepath.Join(dir, "sandboxes")
@@ -63,8 +66,21 @@ func TestNodeWithThePiHarness(t *testing.T) {
 			text = append(text, p.Text)
 		}
 	}
-	if strings.Join(text, "") != "written and read" || len(outputs) != 2 || outputs[1] != `b1="hello from the node"` {
+	if strings.Join(text, "") != "written and read" || len(outputs) != 3 || outputs[2] != `b1="hello from the node\nedited line\n"` {
 		t.Fatalf("the response: text %q, tools %v (status %s, %+v)", text, outputs, st.Status, st.Error)
+	}
+	// The terminal chat shows the write's lines, the edit as a diff and
+	// the command with its output.
+	lines := strings.Split(ansi.Strip(renderConversation(st, 100, false)), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimRight(lines[i], " ")
+	}
+	screen := strings.Join(lines, "\n")
+	for _, want := range []string{"✎ write hello.txt (2 lines)\n+ hello from the node\n+ second line\n", "✎ edit hello.txt\n- second line\n+ edited line\n",
+		"$ cat hello.txt\n  hello from the node\n  edited line\n"} {
+		if !strings.Contains(screen, want) {
+			t.Errorf("the chat does not show %q:\n%s", want, screen)
+		}
 	}
 	// The file is in the session's own sandbox below --sandboxes.
 	entries, err := os.ReadDir(sandboxes)
@@ -76,7 +92,7 @@ func TestNodeWithThePiHarness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if b, _ := io.ReadAll(f); string(b) != "hello from the node" {
+	if b, _ := io.ReadAll(f); string(b) != "hello from the node\nedited line\n" {
 		t.Fatalf("the sandbox's file: %q", b)
 	}
 }

@@ -591,20 +591,15 @@ func renderPart(p protocol.Part, w int, fullReasoning bool) string {
 		}
 		return styleDim.Render(truncate("▸ thinking: "+strings.ReplaceAll(p.Text, "\n", " "), w) + " (ctrl+r)")
 	case p.IsToolPart():
-		head := "⚙ " + p.ToolNameOf() + " " + compactJSON(p.Input)
+		if s, ok := renderCodingTool(p, w); ok {
+			return s
+		}
+		head := "⚙ " + p.ToolNameOf() + " " + compactJSON(p.Input) + stateNote(p.State)
 		switch p.State {
-		case protocol.ToolInputStreaming:
-			head += " …"
-		case protocol.ToolInputAvailable, protocol.ToolApprovalResponded:
-			head += " running"
-		case protocol.ToolApprovalRequested:
-			head += " needs your approval: /approve or /deny"
 		case protocol.ToolOutputAvailable:
 			head += " → " + compactJSON(p.Output)
 		case protocol.ToolOutputError:
 			return styleError.Render(wrap.Render(head + " ✗ " + p.ErrorText))
-		case protocol.ToolOutputDenied:
-			head += " denied"
 		}
 		return styleTool.Render(wrap.Render(head))
 	case protocol.IsCompactionPart(p):
@@ -618,6 +613,22 @@ func renderPart(p protocol.Part, w int, fullReasoning bool) string {
 		default:
 			return styleDim.Render("[compaction " + d.Status + "]")
 		}
+	}
+	return ""
+}
+
+// stateNote is what a tool call's head says of its state, where the
+// state adds to it.
+func stateNote(state string) string {
+	switch state {
+	case protocol.ToolInputStreaming:
+		return " …"
+	case protocol.ToolInputAvailable, protocol.ToolApprovalResponded:
+		return " running"
+	case protocol.ToolApprovalRequested:
+		return " needs your approval: /approve or /deny"
+	case protocol.ToolOutputDenied:
+		return " denied"
 	}
 	return ""
 }

@@ -62,6 +62,7 @@ func (m *Models) Requests() []harness.Request {
 type Runtime struct {
 	t     testing.TB
 	agent *actors.Agent
+	opts  actors.Options
 	fs    vfs.FS
 	store *pebblestore.Store
 	RT    *actors.Runtime
@@ -71,12 +72,18 @@ type Runtime struct {
 // "assistant"); the test's cleanup closes it.
 func Start(t testing.TB, o actors.AgentOptions) *Runtime {
 	t.Helper()
+	return StartWith(t, o, actors.Options{})
+}
+
+// StartWith starts it with the runtime's options ro.
+func StartWith(t testing.TB, o actors.AgentOptions, ro actors.Options) *Runtime {
+	t.Helper()
 	o.Name = "assistant"
 	a, err := actors.NewAgent(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runtime{t: t, agent: a, fs: vfs.NewMem()}
+	r := &Runtime{t: t, agent: a, opts: ro, fs: vfs.NewMem()}
 	r.open()
 	t.Cleanup(r.close)
 	return r
@@ -88,7 +95,7 @@ func (r *Runtime) open() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	rt, err := actors.New(st, []*actors.Agent{r.agent}, actors.Options{})
+	rt, err := actors.New(st, []*actors.Agent{r.agent}, r.opts)
 	if err != nil {
 		r.t.Fatal(err)
 	}
