@@ -169,6 +169,12 @@ func (s *step) Next() (protocol.UIMessageChunk, error) {
 		s.finish(err.Error())
 		return protocol.UIMessageChunk{}, err
 	}
+	if c.Type == protocol.ChunkToolInputAvailable && s.r.p.hello.Check && (c.ProviderExec == nil || !*c.ProviderExec) {
+		if c, err = s.check(c); err != nil {
+			s.finish(err.Error())
+			return protocol.UIMessageChunk{}, err
+		}
+	}
 	s.content.add(c)
 	chunk := c
 	_ = s.r.p.send(Message{Type: TypeModelChunk, Run: s.r.id, Call: s.call, Chunk: &chunk})
@@ -238,6 +244,39 @@ func (s *step) openLive(m Message) error {
 	}
 	s.live, s.call = live, m.Call
 	return nil
+}
+
+// check has the loop check a tool call of the live call before A2 takes
+// it (Pi's own check, R-HARNESS-20): the call goes on with the input as the
+// loop coerced it (then A2's check against the tool's schema), or becomes
+// an input error the model sees, and the tool does not run. A loop that
+// ended meanwhile leaves the input as it is (A2's check still applies).
+func (s *step) check(c protocol.UIMessageChunk) (protocol.UIMessageChunk, error) {
+	if err := s.r.p.send(Message{Type: TypeCheck, Run: s.r.id, ToolCallID: c.ToolCallID, ToolName: c.ToolName, Input: c.Input}); err != nil {
+		return c, nil
+	}
+	for {
+		var m Message
+		select {
+		case m = <-s.r.in:
+		case <-s.r.ended:
+			return c, nil
+		case <-s.ctx.Done():
+			return c, context.Cause(s.ctx)
+		}
+		switch {
+		case m.Type == TypeChecked && m.ToolCallID == c.ToolCallID && m.Message != "":
+			return protocol.UIMessageChunk{Type: protocol.ChunkToolInputError, ToolCallID: c.ToolCallID, ToolName: c.ToolName,
+				Input: c.Input, ErrorText: m.Message}, nil
+		case m.Type == TypeChecked && m.ToolCallID == c.ToolCallID:
+			if len(m.Input) > 0 {
+				c.Input = m.Input
+			}
+			return c, nil
+		case m.Type == TypeError:
+			return c, fmt.Errorf("external: the agent loop failed: %s", m.Message)
+		}
+	}
 }
 
 // refuse tells the loop a call cannot be answered, and fails the run.

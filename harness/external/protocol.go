@@ -37,6 +37,7 @@ const (
 	TypeLog   = "log"   // a diagnostic line: level, message
 
 	TypeMissing = "missing" // a warm loop does not hold the run's base: A2 sends the run again whole
+	TypeChecked = "checked" // a tool input checked: toolCallId, then input (as the loop coerced it) or message (rejected)
 
 	TypeSandbox  = "sandbox"  // during an execute: a sandbox operation (id, op, path, data, command, timeout)
 	TypeExecuted = "executed" // an execute's result: output, isError
@@ -50,6 +51,7 @@ const (
 	TypeToolResult  = "tool-result"  // a recorded tool call's output
 	TypeEnd         = "end"          // the run is over: the loop sends nothing more for it
 	TypeRefused     = "refused"      // a call A2 cannot answer (the run fails)
+	TypeCheck       = "check"        // to a loop whose hello says check: a tool call of the live call (toolCallId, toolName, input)
 
 	TypeExecute       = "execute"        // run one of the loop's tools (session, cwd, toolCallId, toolName, input)
 	TypeSandboxResult = "sandbox-result" // a sandbox operation's answer (id, data, info, exitCode, or code and message)
@@ -88,6 +90,8 @@ type Message struct {
 	Protocol int    `json:"protocol,omitempty"`
 	Name     string `json:"name,omitempty"`
 	Warm     bool   `json:"warm,omitempty"`
+	// hello: the loop checks the live call's tool inputs (check)
+	Check bool `json:"check,omitempty"`
 
 	// run: the saved state (the run that saved it) the run starts from;
 	// Messages then hold only the history after it

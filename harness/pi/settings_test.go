@@ -2,6 +2,7 @@ package pi_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/harness/external/externaltest"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools"
 )
 
 // R-HARNESS-04 R-HARNESS-21: under Pi the model and the instructions are
@@ -66,5 +68,44 @@ func TestPiTakesEachStepsModelAndReasoning(t *testing.T) {
 		if rules := fmt.Sprintf("Rules of step %d.", i+1); !strings.Contains(r.System, rules) || !strings.Contains(r.System, "running inside pi") {
 			t.Errorf("call %d's system prompt lacks Pi's prompt or %q: %q", i+1, rules, r.System)
 		}
+	}
+}
+
+// R-HARNESS-20: every tool call through Pi passes Pi's own check first,
+// which coerces ("5" to 5) and rejects what the schema forbids (a number
+// that is not one, an unlisted property, a missing path for Pi's read),
+// then, for the agent's own tools, the tool's schema in A2. A rejected
+// input goes back to the model as an error, and the tool does not run.
+func TestEveryPiToolCallPassesPisCheckFirst(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	count := tools.Tool{Name: "count", Description: "Counts.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"number"}},"required":["n"],"additionalProperties":false}`),
+		Execute: func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
+			mu.Lock()
+			got = append(got, string(in))
+			mu.Unlock()
+			return json.Marshal("counted")
+		}}
+	h := startPi(t, dirPool(t))
+	f := newFixture(t, h, `{"default":{"toolCalls":[
+		{"id":"c1","name":"count","input":{"n":"5"}},
+		{"id":"c2","name":"count","input":{"n":"five"}},
+		{"id":"c3","name":"count","input":{"n":1,"extra":true}},
+		{"id":"r1","name":"read","input":{"limit":"x"}}],"then":{"text":"done"}}}`, count)
+	st := f.turn("s1", "count")
+	parts := externaltest.ToolParts(st)
+	if p := parts["c1"]; p.State != "output-available" || string(p.Input) != `{"n":5}` {
+		t.Errorf("c1: %s, input %s: want run with n coerced to 5", p.State, p.Input)
+	}
+	for id, want := range map[string]string{"c2": "n: expected number", "c3": "extra: unknown field", "r1": "path: missing"} {
+		if p := parts[id]; p.State != "output-error" || !strings.Contains(p.ErrorText, want) {
+			t.Errorf("%s: %s %q: want an error saying %q", id, p.State, p.ErrorText, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != `{"n":5}` {
+		t.Fatalf("the agent's tool ran with %v: want once, with the coerced input", got)
 	}
 }

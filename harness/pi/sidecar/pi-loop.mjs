@@ -367,6 +367,7 @@ async function respond(r, previous) {
     }
   }
   const customTools = [...pi.filter((t) => !agentByName.has(t.name)), ...agentByName.values()].map(replayed);
+  runTools.set(r.run, customTools);
 
   const { session } = await createAgentSession({
     cwd,
@@ -468,6 +469,7 @@ async function respond(r, previous) {
       if (warm.size > WARM_SESSIONS) warm.delete(warm.keys().next().value);
     }
   } finally {
+    runTools.delete(r.run);
     session.dispose();
   }
   if (!q.ended) send({ type: "done", run: r.run });
@@ -483,16 +485,36 @@ function toPiBlocks(content) {
   return out;
 }
 
+// The tools of each run's Pi session, by run: A2 asks for Pi's check of
+// the live call's tool calls (check) before it takes them.
+const runTools = new Map();
+
+// Pi's own check of a tool call (R-HARNESS-20): its argument shims, then
+// its schema, which coerces ("5" to 5) and rejects what the schema
+// forbids; the input as checked, or why it was rejected.
+function checkCall(def, toolCallId, input) {
+  const prepared = def.prepareArguments ? def.prepareArguments(input || {}) : input || {};
+  return validateToolArguments({ name: def.name, description: def.description, parameters: def.parameters }, { type: "toolCall", id: toolCallId, name: def.name, arguments: prepared });
+}
+
+function answerCheck(m) {
+  const def = (runTools.get(m.run) || []).find((t) => t.name === m.toolName);
+  if (!def) return { type: "checked", run: m.run, toolCallId: m.toolCallId }; // A2's own check decides
+  try {
+    return { type: "checked", run: m.run, toolCallId: m.toolCallId, input: checkCall(def, m.toolCallId, m.input) };
+  } catch (err) {
+    return { type: "checked", run: m.run, toolCallId: m.toolCallId, message: String(err.message || err) };
+  }
+}
+
 // ---- An execution: one of Pi's tools on the session's sandbox.
 
 async function execute(x) {
   const cwd = x.cwd || DEFAULT_CWD;
   const def = piTools(cwd, sandboxOps(x)).find((t) => t.name === x.toolName);
   if (!def) throw new Error(`Tool ${x.toolName} not found`);
-  // Pi's own check first: its argument shims, then its schema (which
-  // coerces, "5" to 5), as its agent loop does before a tool runs.
-  const input = def.prepareArguments ? def.prepareArguments(x.input || {}) : x.input || {};
-  const args = validateToolArguments({ name: def.name, description: def.description, parameters: def.parameters }, { type: "toolCall", id: x.toolCallId, name: def.name, arguments: input });
+  // Pi's own check first, as its agent loop does before a tool runs.
+  const args = checkCall(def, x.toolCallId, x.input);
   const res = await def.execute(x.toolCallId, args, undefined, undefined, { cwd });
   return textOf(res.content);
 }
@@ -521,6 +543,10 @@ lines.on("line", (line) => {
     if (m.session) running.set(m.session, done);
     return;
   }
+  if (m.type === "check") {
+    send(answerCheck(m));
+    return;
+  }
   if (m.type === "execute") {
     queue(m.run);
     execute(m)
@@ -540,4 +566,4 @@ const helloTools = piTools(DEFAULT_CWD, sandboxOps({ run: "" })).map((t) => ({
   // check admits any object.
   inputSchema: { type: "object" },
 }));
-send({ type: "hello", protocol: 1, name: "pi", tools: helloTools, warm: true });
+send({ type: "hello", protocol: 1, name: "pi", tools: helloTools, warm: true, check: true });
