@@ -16,6 +16,7 @@ import (
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
+	"github.com/a2-runtime/a2/tools/sandbox"
 )
 
 // ModelProvider resolves a model ID (as resolved by the agent's model
@@ -61,6 +62,12 @@ type HarnessOptions struct {
 	// stays off unless Compaction, CustomCompaction or CompactionFunc is
 	// set (R-GEN-30). An error fails the turn once, like a provider error.
 	Generate func(context.Context, GenerateContext) (harness.Stream, error)
+	// Sandbox resolves the session's sandbox for each local tool
+	// execution, before its Execute (tools.Context.Sandbox), for the
+	// harness's tools and the agent's alike; a failure is tried again,
+	// then fails the attempt (R-HARNESS-23, R-HARNESS-24). Pi's harness
+	// sets it. Nil: tools get no sandbox.
+	Sandbox sandbox.Resolver
 	// Loop says that Generate runs an agent loop of its own (an external
 	// harness, Pi's): the loop's tool calls run without approval, so an
 	// agent tool that asks for one (NeedsApproval) is refused at

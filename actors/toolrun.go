@@ -15,6 +15,7 @@ import (
 	"github.com/a2-runtime/a2/persistence"
 	"github.com/a2-runtime/a2/protocol"
 	"github.com/a2-runtime/a2/tools"
+	"github.com/a2-runtime/a2/tools/sandbox"
 )
 
 // toolRun is one attempt of one tool execution. Its claim is appended
@@ -251,7 +252,7 @@ func (s *sessionActor) execute(r *toolRun) {
 		return s.rt.requestInput(ctx, name, session, protocol.InputRequest{InputID: inputID, Request: request,
 			RequestID: requestID, GenerationID: r.gen}, call, version)
 	}
-	span := r.span
+	span, resolve := r.span, s.agent.opts.Harness.Sandbox
 	run := func(ctx context.Context, send func(any)) {
 		if span != nil {
 			ctx = trace.ContextWithSpan(ctx, span)
@@ -260,6 +261,13 @@ func (s *sessionActor) execute(r *toolRun) {
 			send(&toolPreliminary{call: r.call, version: r.version, attempt: r.attempt, output: append(json.RawMessage(nil), out...)})
 		}
 		send(enterTool(ctx, &toolEnd{call: r.call, version: r.version, attempt: r.attempt}, func(ctx context.Context) (json.RawMessage, error) {
+			if resolve != nil {
+				sb, err := sandbox.Resolve(ctx, resolve, session)
+				if err != nil {
+					return nil, err
+				}
+				hc.Sandbox = sb
+			}
 			return t.Execute(tools.WithContext(ctx, hc), r.input)
 		}, func(p any, stack []byte) {
 			logger.Error("a tool panicked", "session", session, "tool", r.tool, "toolCallId", call, "attempt", r.attempt, "panic", fmt.Sprint(p), "stack", string(stack))

@@ -15,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools/sandbox"
 )
 
 // Tool is a tool definition.
@@ -180,6 +181,11 @@ type Context struct {
 	// included, whatever was appended since (R-CONTRACT-20). Nil outside
 	// the runtime.
 	State func(ctx context.Context) (*protocol.SessionState, uint64, error)
+	// Sandbox is the session's sandbox, resolved for this attempt when the
+	// agent's harness has a sandbox resolver (HarnessOptions.Sandbox: Pi's),
+	// for its tools and the agent's alike (the reference's
+	// experimental_sandbox, R-HARNESS-23); nil otherwise.
+	Sandbox sandbox.Sandbox
 }
 
 type ctxKey struct{}

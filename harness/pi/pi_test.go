@@ -2,12 +2,18 @@ package pi_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -77,7 +83,7 @@ func (f *fixture) turn(session, text string) *protocol.AIState {
 	return f.Turn(session, text, 60*time.Second)
 }
 
-// R-HARNESS-19 R-HARNESS-22 R-HARNESS-26: a response through Pi: Pi's
+// R-HARNESS-19 R-HARNESS-22 R-HARNESS-26 R-HARNESS-28: a response through Pi: Pi's
 // system prompt with the agent's instructions added, each model call Pi
 // makes a step (made live through the agent's models with Pi's prompt and
 // tools, the earlier ones replayed to Pi from the log), and Pi's write,
@@ -88,6 +94,13 @@ func TestAResponseThroughPi(t *testing.T) {
 	t.Setenv("A2_TEST_SERVER_SECRET", "sk-do-not-leak")
 	pool := sandbox.NewPool(t.TempDir(), func(dir string) (sandbox.Sandbox, error) { return sandbox.NewDir(dir, sandbox.DirOptions{}) })
 	h := startPi(t, pool)
+	// R-HARNESS-28: the harness is the server's, and its credentials stay
+	// there: the sidecar's environment has none of the server's variables
+	// (A2's own model layer makes every call).
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", h.PID()))
+	if err != nil || len(environ) == 0 || strings.Contains(string(environ), "sk-do-not-leak") {
+		t.Fatalf("the sidecar's environment (%v): %d bytes, the server's secret in it: %v", err, len(environ), strings.Contains(string(environ), "sk-do-not-leak"))
+	}
 	names := map[string]bool{}
 	for _, tool := range h.Tools() {
 		names[tool.Name] = true
@@ -310,10 +323,12 @@ func TestPisBashCutOffByACrash(t *testing.T) {
 }
 
 // R-HARNESS-23 R-HARNESS-24: the sandbox resolver is called for each step
-// (Pi's working directory) and for each tool execution, concurrently when
-// calls run together, and gets the session's own sandbox each time (what
-// write put there, bash finds); a resolver that fails fails the step with
-// its reason.
+// (Pi's working directory) and for each tool execution, Pi's tools and the
+// agent's alike (the agent's tool gets it in its handler context),
+// concurrently when calls run together, and gets the session's own sandbox
+// each time (what write put there, bash finds); a resolver that fails is
+// tried again (a session whose first call fails completes), and one that
+// keeps failing fails the step with its reason.
 func TestPisSandboxResolver(t *testing.T) {
 	pool := dirPool(t)
 	var mu sync.Mutex
@@ -321,35 +336,54 @@ func TestPisSandboxResolver(t *testing.T) {
 	resolve := func(ctx context.Context, session string) (sandbox.Sandbox, error) {
 		mu.Lock()
 		calls[session]++
+		n := calls[session]
 		mu.Unlock()
-		if session == "broken" {
+		if session == "broken" || (session == "flaky" && n == 1) {
 			return nil, errors.New("the sandbox service is down")
 		}
 		return pool.Sandbox(ctx, session)
 	}
+	where := tools.Tool{Name: "where", Description: "Says where the session works.", Execute: func(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
+		hc, err := tools.FromContext(ctx)
+		if err != nil || hc.Sandbox == nil {
+			return nil, fmt.Errorf("no sandbox in the handler context (%v)", err)
+		}
+		return json.Marshal(hc.Sandbox.WorkDir())
+	}}
 	h := startPiWith(t, resolve)
 	f := newFixture(t, h, `{"default":{"toolCalls":[{"id":"w1","name":"write","input":{"path":"a.txt","content":"from write"}}],
-		"then":{"toolCalls":[{"id":"b1","name":"bash","input":{"command":"cat a.txt"}},{"id":"b2","name":"bash","input":{"command":"ls"}}],
-		"then":{"text":"done"}}}}`)
+		"then":{"toolCalls":[{"id":"b1","name":"bash","input":{"command":"cat a.txt"}},{"id":"b2","name":"bash","input":{"command":"ls"}},{"id":"h1","name":"where","input":{}}],
+		"then":{"text":"done"}}}}`, where)
 	st := f.turn("s1", "go")
 	parts := externaltest.ToolParts(st)
 	if string(parts["b1"].Output) != `"from write"` || parts["b2"].State != "output-available" {
 		t.Fatalf("bash after write: %s %s %q", parts["b1"].State, parts["b1"].Output, parts["b1"].ErrorText)
 	}
+	sb, err := pool.Sandbox(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := json.Marshal(sb.WorkDir()); string(parts["h1"].Output) != string(want) {
+		t.Fatalf("the agent's tool: %s %s %q; want the session's sandbox %s", parts["h1"].State, parts["h1"].Output, parts["h1"].ErrorText, want)
+	}
 	mu.Lock()
 	n := calls["s1"]
 	mu.Unlock()
-	if steps, executions := len(f.models.Requests()), 3; n != steps+executions {
+	if steps, executions := len(f.models.Requests()), 4; n != steps+executions {
 		t.Fatalf("the resolver was called %d times for the session, want once per step (%d) and per tool execution (%d)", n, steps, executions)
 	}
+	if st = f.turn("flaky", "go"); st.Status == protocol.StatusFailed {
+		t.Fatalf("a resolver that failed once: %+v; want it tried again and the response completed", st.Error)
+	}
 	st = f.turn("broken", "go")
-	if st.Status != protocol.StatusFailed || st.Error == nil || !strings.Contains(st.Error.Message, "the sandbox service is down") {
-		t.Fatalf("a failing resolver: status %s, error %+v; want the step failed with its reason", st.Status, st.Error)
+	if st.Status != protocol.StatusFailed || st.Error == nil || !strings.Contains(st.Error.Message, "the sandbox service is down") || !strings.Contains(st.Error.Message, "3 tries") {
+		t.Fatalf("a failing resolver: status %s, error %+v; want the step failed with its reason after 3 tries", st.Status, st.Error)
 	}
 }
 
-// R-HARNESS-27: Pi's read of a file past 4 MiB is refused with an error
-// that says to read in parts; the file of exactly 4 MiB is read.
+// R-HARNESS-27: Pi's read and edit of a file past 4 MiB are refused, and
+// its bash command whose output passes 4 MiB is stopped and fails, each
+// with an error that says to read in parts.
 func TestPiReadsAtMostFourMiB(t *testing.T) {
 	pool := dirPool(t)
 	h := startPi(t, pool)
@@ -360,11 +394,23 @@ func TestPiReadsAtMostFourMiB(t *testing.T) {
 	if err := sb.WriteFile(context.Background(), "big.txt", strings.NewReader(strings.Repeat("x\n", external.ReadLimit/2)+"x")); err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, h, `{"default":{"toolCalls":[{"id":"r1","name":"read","input":{"path":"big.txt"}}],"then":{"text":"done"}}}`)
+	f := newFixture(t, h, `{"default":{"toolCalls":[{"id":"r1","name":"read","input":{"path":"big.txt"}},
+		{"id":"e1","name":"edit","input":{"path":"big.txt","edits":[{"oldText":"x\nx\nx\nx","newText":"y"}]}},
+		{"id":"b1","name":"bash","input":{"command":"head -c 5000000 /dev/zero | tr '\\0' z; echo ran-to-the-end > ran.txt"}}],"then":{"text":"done"}}}`)
 	st := f.turn("s1", "read the big file")
-	p := externaltest.ToolParts(st)["r1"]
-	if p.State != "output-error" || !strings.Contains(p.ErrorText, "larger than 4 MiB") || !strings.Contains(p.ErrorText, "in parts") {
-		t.Fatalf("Pi's read of a file past 4 MiB: %s %q", p.State, p.ErrorText)
+	parts := externaltest.ToolParts(st)
+	for _, id := range []string{"r1", "e1", "b1"} {
+		p := parts[id]
+		if p.State != "output-error" || !strings.Contains(p.ErrorText, "4 MiB") || !strings.Contains(p.ErrorText, "in parts") {
+			t.Errorf("Pi's %s past 4 MiB: %s %q; want an error saying to read in parts", id, p.State, p.ErrorText)
+		}
+	}
+	// The edit changed nothing; the command was stopped before its end.
+	if b := readFile(t, pool, "s1", "big.txt"); len(b) != external.ReadLimit+1 || strings.Contains(b, "y") {
+		t.Errorf("the big file after the refused edit: %d bytes", len(b))
+	}
+	if ran := readFile(t, pool, "s1", "ran.txt"); ran != "" {
+		t.Errorf("the command ran to its end past 4 MiB of output: %q", ran)
 	}
 }
 
@@ -372,9 +418,21 @@ func TestPiReadsAtMostFourMiB(t *testing.T) {
 // image from a data: URL reaches the model through Pi); a message with
 // any other file fails its turn, saying why.
 func TestPiTakesTextAndImagesOnly(t *testing.T) {
-	h := startPi(t, dirPool(t))
-	f := newFixture(t, h, `{"default":{"text":"a red pixel"}}`)
 	const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+	// An https: server of the image on loopback, whose certificate the
+	// sidecar trusts.
+	pixel, _ := base64.StdEncoding.DecodeString(png)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(pixel)
+	}))
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := startPiOpts(t, pi.Options{Sandbox: dirPool(t).Sandbox, Env: []string{"NODE_EXTRA_CA_CERTS=" + ca}})
+	f := newFixture(t, h, `{"default":{"text":"a red pixel"}}`)
 	send := func(session string, file protocol.Part) *protocol.AIState {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -408,6 +466,25 @@ func TestPiTakesTextAndImagesOnly(t *testing.T) {
 	}
 	if n := len(f.models.Requests()); n != 1 {
 		t.Fatalf("the PDF's turn made %d model calls", n-1)
+	}
+	// An https: image is fetched, and reaches the model as its bytes; an
+	// http: one fails the turn.
+	st = send("s3", protocol.Part{Type: protocol.PartFile, MediaType: "image/png", URL: srv.URL + "/pixel.png"})
+	reqs = f.models.Requests()
+	if st.Status == protocol.StatusFailed || len(reqs) != 2 {
+		t.Fatalf("a message with an https image: %s %+v, %d calls", st.Status, st.Error, len(reqs))
+	}
+	fetched := false
+	for _, p := range reqs[1].Messages[len(reqs[1].Messages)-1].Content {
+		fetched = fetched || (p.Type == harness.ContentFile && p.Data == "data:image/png;base64,"+png)
+	}
+	if !fetched {
+		b, _ := json.Marshal(reqs[1].Messages)
+		t.Fatalf("the https image did not reach the model as its bytes: %s", b)
+	}
+	st = send("s4", protocol.Part{Type: protocol.PartFile, MediaType: "image/png", URL: "http://127.0.0.1:1/pixel.png"})
+	if st.Status != protocol.StatusFailed || st.Error == nil || !strings.Contains(st.Error.Message, "https: or data:") {
+		t.Fatalf("a message with an http image: status %s, error %+v; want the turn failed", st.Status, st.Error)
 	}
 }
 

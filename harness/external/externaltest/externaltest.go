@@ -51,6 +51,9 @@ func (m *Models) Stream(ctx context.Context, req harness.Request) (harness.Strea
 	return m.model.Stream(ctx, req)
 }
 
+// Release opens a gate of the script (script.Model.Release).
+func (m *Models) Release(gate string) { m.model.(*script.Model).Release(gate) }
+
 // Requests are the requests so far, in order.
 func (m *Models) Requests() []harness.Request {
 	m.mu.Lock()
