@@ -65,6 +65,11 @@ func TestPiTakesEachStepsModelAndReasoning(t *testing.T) {
 		if r.Model != want.Model || r.Settings.Reasoning != want.Reasoning || (speed == `"fast"`) != (want.Speed == harness.SpeedFast) {
 			t.Errorf("call %d: model %q, reasoning %q, gateway speed %s; want %q, %q, fast %v", i+1, r.Model, r.Settings.Reasoning, speed, want.Model, want.Reasoning, want.Speed == harness.SpeedFast)
 		}
+		// The Gateway defaults of any A2 step: caching auto and the
+		// session's stable affinity.
+		if c := string(r.Settings.ProviderOptions["gateway"]["caching"]); c != `"auto"` || r.Headers[harness.SessionAffinityHeader] != harness.SessionAffinity("s1") {
+			t.Errorf("call %d: gateway caching %s, headers %v; want auto and the session's affinity", i+1, c, r.Headers)
+		}
 		if rules := fmt.Sprintf("Rules of step %d.", i+1); !strings.Contains(r.System, rules) || !strings.Contains(r.System, "running inside pi") {
 			t.Errorf("call %d's system prompt lacks Pi's prompt or %q: %q", i+1, rules, r.System)
 		}
