@@ -229,8 +229,8 @@ func (s *step) openLive(m Message) error {
 		return err
 	}
 	// The Gateway defaults of any A2 step (caching auto, the session's
-	// stable affinity), as the reference gives a harness's model calls
-	// (R-HARNESS-17 for FX): the loop's own prompt, A2's call.
+	// stable affinity), as the reference gives FX's model calls: the
+	// loop's own prompt, A2's call.
 	settings := harness.WithGatewayDefaults(s.gc.Generation, s.gc.Event.Session)
 	if m.Reasoning != "" {
 		// The loop's level for this call (Pi's thinking level, which it

@@ -25,7 +25,9 @@ func TestPiWorksInABubblewrapSandbox(t *testing.T) {
 	}
 	t.Setenv("A2_TEST_SERVER_SECRET", "sk-do-not-leak")
 	base := t.TempDir()
-	pool := sandbox.NewPool(base, func(dir string) (sandbox.Sandbox, error) { return sandbox.NewBubblewrap(dir, sandbox.BubblewrapOptions{}) })
+	pool := sandbox.NewPool(base, func(dir string) (sandbox.Sandbox, error) {
+		return sandbox.NewBubblewrap(dir, sandbox.BubblewrapOptions{})
+	})
 	h := startPi(t, pool)
 	f := newFixture(t, h, `{"default":{"toolCalls":[{"id":"w1","name":"write","input":{"path":"notes/a.txt","content":"inside"}}],
 		"then":{"toolCalls":[{"id":"b1","name":"bash","input":{"command":"pwd; cat notes/a.txt; echo; echo secret=[$A2_TEST_SERVER_SECRET]; ls `+base+` 2>&1 | head -1"}}],
