@@ -457,6 +457,7 @@ func TestTranscripts(t *testing.T) {
 			return tr.run(t, d)
 		})
 		checkPendingAtEveryCut(t, path, tr.log, tr.work)
+		checkFoldGolden(t, path, tr.log, tr.state)
 	})
 }
 
