@@ -11,6 +11,7 @@
 //
 //	open()                      a session: its confirmed state and its pending commands
 //	apply(h, events)            fold confirmed events (a JSON array), in order; "" or the error
+//	restore(h, state)           replace the confirmed state (AIState JSON, GET …/state's); "" or the error
 //	push(h, event)              a command being pushed: shown at once; "" or the error
 //	fail(h, id)                 its push failed: its display rolls back
 //	state(h)                    the confirmed AIState, as JSON
@@ -84,6 +85,18 @@ func main() {
 			err = fold(s, arg(args, 1))
 		}
 		return errString(err), nil
+	}, false)
+	def("restore", func(args []js.Value) (any, error) {
+		s, err := get(args)
+		if err != nil {
+			return errString(err), nil
+		}
+		st, err := protocol.UnmarshalState([]byte(arg(args, 1)))
+		if err != nil {
+			return errString(fmt.Errorf("A2Fold.restore: the state: %w", err)), nil
+		}
+		s.confirmed = st
+		return "", nil
 	}, false)
 	def("push", func(args []js.Value) (any, error) {
 		s, err := get(args)

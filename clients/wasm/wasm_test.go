@@ -7,10 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/a2-runtime/a2/internal/testutil"
 	"github.com/a2-runtime/a2/protocol"
 )
 
@@ -30,24 +30,9 @@ type report struct {
 // A2_REQUIRE_NODE set, as .ci/run sets it).
 func runConformance(tb testing.TB, bench bool) (report, string) {
 	tb.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		if os.Getenv("A2_REQUIRE_NODE") != "" {
-			tb.Fatal("node is not installed and A2_REQUIRE_NODE is set")
-		}
-		tb.Skip("Node.js is not installed: install it, then go test ./clients/wasm")
-	}
-	goroot, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	wasm := filepath.Join(tb.TempDir(), "fold.wasm")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", wasm, ".")
-	build.Env = append(os.Environ(), "GOOS=js", "GOARCH=wasm")
-	if out, err := build.CombinedOutput(); err != nil {
-		tb.Fatalf("GOOS=js GOARCH=wasm go build: %v\n%s", err, out)
-	}
-	args := []string{"conformance.mjs", filepath.Join(strings.TrimSpace(string(goroot)), "lib", "wasm", "wasm_exec.js"), wasm, filepath.Join("..", "..", "protocol", "testfolds")}
+	node := testutil.NeedNode(tb, "go test ./clients/wasm")
+	wasm, wasmExec := testutil.BuildFold(tb, filepath.Join("..", ".."))
+	args := []string{"conformance.mjs", wasmExec, wasm, filepath.Join("..", "..", "protocol", "testfolds")}
 	if bench {
 		args = append(args, "--bench")
 	}

@@ -1,0 +1,128 @@
+// The client against a real node (started by clients/js/js_test.go, which
+// sets A2_URL, A2_FOLD_WASM and A2_WASM_EXEC): run with go test ./clients/js.
+import { test, before, afterEach } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+
+const { A2_URL: base, A2_FOLD_WASM: wasm, A2_WASM_EXEC: wasmExec } = process.env;
+if (!base || !wasm || !wasmExec) throw new Error("run through go test ./clients/js (A2_URL, A2_FOLD_WASM, A2_WASM_EXEC)");
+await import(wasmExec);
+const { loadFold, createAgentClient, A2Error } = await import("../dist/index.js");
+
+let client;
+let n = 0;
+// Every session a test opens is closed after it, passed or failed, so the
+// process ends (its live streams would keep it alive).
+const opened = new Set();
+const session = (id) => {
+  const s = client.session(id);
+  opened.add(s);
+  return s;
+};
+afterEach(() => {
+  for (const s of opened) s.close();
+  opened.clear();
+});
+before(async () => {
+  const fold = await loadFold(readFileSync(wasm));
+  client = createAgentClient({ api: `${base}/v1/agents/assistant`, fold, newID: () => `js-${process.pid}-${++n}` });
+});
+
+const text = (m) => m.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+const idle = (s) => s.status === "idle" && !s.active && s.inbox.items.length === 0;
+const release = (gate) => fetch(`${base}/v1/test/gates/${gate}`, { method: "POST" });
+async function open(s) {
+  for (let i = 0; i < 200 && s.connection !== "open"; i++) await new Promise((r) => setTimeout(r, 25));
+  assert.equal(s.connection, "open");
+}
+
+test("a message shows at once, is persisted and confirmed, and its answer streams in", { timeout: 60000 }, async () => {
+  const s = session(`t1-${process.pid}`);
+  await open(s);
+  const pushed = s.sendMessage("hello there");
+  // Before any answer of the node: the view shows it, the confirmed state not.
+  assert.ok(JSON.stringify(s.state).includes("hello there"), "the view shows the message at once");
+  assert.ok(!JSON.stringify(s.confirmed).includes("hello there"), "the confirmed state waits for the node");
+  const events = await pushed;
+  assert.equal(events.length, 1);
+  assert.equal(events[0].type, "ai.control.requested");
+  await pushed.confirmed;
+  const st = await s.waitFor((v) => idle(v) && v.messages.length === 2);
+  assert.equal(text(st.messages[0]), "hello there");
+  assert.equal(text(st.messages[1]), "Hello from the node.");
+  s.close();
+});
+
+test("the queue is edited, reordered and emptied, and a stop keeps what streamed, while a turn runs", { timeout: 60000 }, async () => {
+  const s = session(`t2-${process.pid}`);
+  await open(s);
+  await s.sendMessage("hold on");
+  await s.waitFor((v) => v.status === "streaming" && v.messages.length === 2 && text(v.messages[1]).length > 0);
+  const [first] = await s.sendMessage("first queued");
+  const [second] = await s.sendMessage("second queued");
+  await s.waitFor((v) => v.inbox.items.length === 2);
+  s.queue.move({ inputId: second.id, beforeId: first.id });
+  assert.deepEqual(s.state.inbox.items.map((i) => i.id), [second.id, first.id], "the move shows at once");
+  await s.queue.edit({ id: first.id, role: "user", parts: [{ type: "text", text: "first, edited" }] }).confirmed;
+  await s.queue.remove(second.id).confirmed;
+  await s.waitFor((v) => v.inbox.items.length === 1);
+  const stopped = s.stop();
+  await stopped.confirmed;
+  const st = await s.waitFor((v) => idle(v) && v.messages.length === 4);
+  assert.equal(text(st.messages[0]), "hold on");
+  assert.ok(text(st.messages[1]).length > 0 && !text(st.messages[1]).endsWith("until released."), `the stopped answer keeps what streamed: ${text(st.messages[1])}`);
+  assert.equal(text(st.messages[2]), "first, edited");
+  assert.equal(text(st.messages[3]), "Answered.");
+  await release("hold");
+  s.close();
+});
+
+test("a tool call waits for approval and runs once approved", { timeout: 60000 }, async () => {
+  const s = session(`t3-${process.pid}`);
+  await open(s);
+  await s.sendMessage("guard the door");
+  const waiting = await s.waitFor((v) => v.messages.some((m) => m.parts.some((p) => p.state === "approval-requested")));
+  const part = waiting.messages.flatMap((m) => m.parts).find((p) => p.state === "approval-requested");
+  await s.approve(part.approval.id).confirmed;
+  const st = await s.waitFor((v) => idle(v) && v.messages.length === 2 && text(v.messages[1]).includes("The door is open."));
+  const done = st.messages[1].parts.find((p) => p.toolCallId === "g1");
+  assert.equal(done.state, "output-available");
+  assert.equal(done.output, "opened");
+  s.close();
+});
+
+test("a dropped stream reconnects from the last index, with no gap and no duplicate", { timeout: 60000 }, async () => {
+  const id = `t4-${process.pid}`;
+  const s = session(id);
+  await open(s);
+  await s.sendMessage("hello one").confirmed;
+  await s.waitFor((v) => idle(v) && v.messages.length === 2);
+  s.reconnect();
+  await s.sendMessage("hello two").confirmed;
+  const st = await s.waitFor((v) => idle(v) && v.messages.length === 4);
+  assert.equal(new Set(st.messages.map((m) => m.id)).size, 4);
+  const server = await (await fetch(`${base}/v1/agents/assistant/sessions/${id}/state`)).json();
+  await s.waitFor(() => s.index >= server.index);
+  assert.equal(s.index, server.index);
+  assert.deepEqual(s.confirmed.messages, server.state.messages);
+  s.close();
+});
+
+test("bad input gets a clear error and changes nothing", { timeout: 60000 }, async () => {
+  assert.throws(() => createAgentClient({}), TypeError);
+  assert.throws(() => client.session(""), TypeError);
+  const s = session(`t5-${process.pid}`);
+  await open(s);
+  // Nothing to address: an empty push.
+  assert.deepEqual(await s.stop(), []);
+  assert.deepEqual(await s.retry(), []);
+  // An action the fold cannot build.
+  await assert.rejects(s.approve(""), /approvalId is required/);
+  await assert.rejects(s.pause({ when: "later" }), /when/);
+  // A push the node refuses: an A2Error, and the view rolls back.
+  const before = JSON.stringify(s.state);
+  const refused = s.push([{ id: `bad-${process.pid}`, type: "ai.control.requested", payload: { action: "teleport" } }]);
+  await assert.rejects(refused, (err) => err instanceof A2Error && err.status === 400);
+  assert.equal(JSON.stringify(s.state), before);
+  s.close();
+});
