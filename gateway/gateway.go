@@ -89,6 +89,10 @@ type Options struct {
 	// Logger receives internal errors and recovered panics (default:
 	// discard).
 	Logger *slog.Logger
+	// Assets, when set, serves GET /fold.wasm and /wasm_exec.js: the
+	// fold's WebAssembly build, which a browser client loads from the
+	// node (clients/assets, docs/clients.md).
+	Assets http.Handler
 	// ClusterStatus, when set (a cluster node), serves GET /v1/cluster:
 	// the node's view of the cluster as JSON (cluster.Status).
 	ClusterStatus func() any
@@ -163,6 +167,10 @@ func New(router Router, opts Options) *Gateway {
 	mux.Handle("/healthz", methods{http.MethodGet: healthz, http.MethodHead: healthz})
 	if g.opts.Gates != nil {
 		mux.Handle("/v1/test/gates/{name}", methods{http.MethodPost: g.releaseGate})
+	}
+	if g.opts.Assets != nil {
+		mux.Handle("/fold.wasm", g.opts.Assets)
+		mux.Handle("/wasm_exec.js", g.opts.Assets)
 	}
 	if g.opts.ClusterStatus != nil {
 		mux.Handle("/v1/cluster", methods{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {

@@ -39,6 +39,7 @@ import (
 	"github.com/a2-runtime/a2/internal/gctune"
 
 	"github.com/a2-runtime/a2/actors"
+	"github.com/a2-runtime/a2/clients/assets"
 	"github.com/a2-runtime/a2/cluster"
 	agentsfile "github.com/a2-runtime/a2/config"
 	"github.com/a2-runtime/a2/gateway"
@@ -374,6 +375,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, out io.Writer) (err
 		o.Runtime.MaxSessionBytes = int64(cfg.maxSessionBytes)
 	}
 	o.Runtime.PassivateAfter = cfg.passivateAfter
+	// The fold's WebAssembly build for browser clients, made at its first
+	// request (docs/clients.md).
+	o.Gateway.Assets = assets.New(assets.Options{Logger: logger})
 	if p.Script() != nil && cfg.cluster.role != cluster.RoleGateway {
 		o.Gateway.Gates = p.Script()
 	}
