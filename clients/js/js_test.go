@@ -28,18 +28,13 @@ const clientScript = `{"replies":[
 	{"match":"guard","toolCalls":[{"id":"g1","name":"guard","input":{"door":"front"}}],"then":{"text":"The door is open."}}],
 	"default":{"text":"Answered."}}`
 
-// The JavaScript client (clients/js, built with npm ci and npm run build)
-// against a real node on loopback: its node:test tests in test/ run in
-// Node.js with the fold's WebAssembly build, against an agent served by
-// a2.Serve with the script model.
+// The JavaScript client (clients/js, plain JavaScript: nothing to build;
+// .ci/run checks its types with npm run build) against a real node on
+// loopback: its node:test tests in test/ run in Node.js with the fold's
+// WebAssembly build, against an agent served by a2.Serve with the script
+// model.
 func TestTheJavaScriptClient(t *testing.T) {
-	node := testutil.NeedNode(t, "cd clients/js && npm ci && npm run build, then go test ./clients/js")
-	if _, err := os.Stat(filepath.Join("dist", "index.js")); err != nil {
-		if os.Getenv("A2_REQUIRE_NODE") != "" {
-			t.Fatal("clients/js is not built and A2_REQUIRE_NODE is set: cd clients/js && npm ci && npm run build")
-		}
-		t.Skip("clients/js is not built: cd clients/js && npm ci && npm run build, then go test ./clients/js")
-	}
+	node := testutil.NeedNode(t, "go test ./clients/js")
 	wasm, wasmExec := testutil.BuildFold(t, filepath.Join("..", ".."))
 	sc, err := script.Parse([]byte(clientScript))
 	if err != nil {

@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 const { A2_URL: base, A2_FOLD_WASM: wasm, A2_WASM_EXEC: wasmExec } = process.env;
 if (!base || !wasm || !wasmExec) throw new Error("run through go test ./clients/js (A2_URL, A2_FOLD_WASM, A2_WASM_EXEC)");
 await import(wasmExec);
-const { loadFold, createAgentClient, A2Error } = await import("../dist/index.js");
+const { loadFold, createAgentClient, A2Error } = await import("../src/index.js");
 
 let client;
 let n = 0;

@@ -1,88 +1,63 @@
 // A2's client for JavaScript: one agent's sessions over a node's HTTP API
 // (docs/http.md), each a live optimistic AIState folded by the fold's
 // module, with actions that fill in protocol identities (the reference's
-// createAgentClient and useAgent's session result).
-import type { Action, AIState, Event, Fold, UIMessage } from "./fold.js";
+// createAgentClient and useAgent's session result). Plain JavaScript with
+// JSDoc types (tsc checks them and writes types/).
 
-export type AgentClientOptions = {
-  /** The agent's base URL: http://127.0.0.1:8080/v1/agents/assistant */
-  api: string;
-  /** The fold's module (loadFold). */
-  fold: Fold;
-  /** The fetch to use (default globalThis.fetch, read per request). */
-  fetch?: typeof fetch;
-  /** Reconnect delays of the live stream, in ms: from min doubling to max (default 250 to 5,000). */
-  reconnect?: { minMs?: number; maxMs?: number };
-  /** Fresh caller IDs (default crypto.randomUUID). */
-  newID?: () => string;
-};
+/** @typedef {import("./fold.js").Action} Action */
+/** @typedef {import("./fold.js").AIState} AIState */
+/** @typedef {import("./fold.js").Event} Event */
+/** @typedef {import("./fold.js").Fold} Fold */
+/** @typedef {import("./fold.js").UIMessage} UIMessage */
 
-/** What a push resolves to: the persisted events; `confirmed` resolves when the stream delivers them back. */
-export type PushResult = Promise<Event[]> & { confirmed: Promise<void> };
+/**
+ * @typedef {object} AgentClientOptions
+ * @property {string} api The agent's base URL: http://127.0.0.1:8080/v1/agents/assistant
+ * @property {Fold} fold The fold's module (loadFold).
+ * @property {typeof fetch} [fetch] The fetch to use (default globalThis.fetch, read per request).
+ * @property {{ minMs?: number, maxMs?: number }} [reconnect] Reconnect delays of the live stream, in ms: from min doubling to max (default 250 to 5,000).
+ * @property {() => string} [newID] Fresh caller IDs (default crypto.randomUUID).
+ */
 
-export type Connection = "connecting" | "open" | "reconnecting" | "closed";
+/**
+ * What a push resolves to: the persisted events; `confirmed` resolves when
+ * the stream delivers them back.
+ * @typedef {Promise<Event[]> & { confirmed: Promise<void> }} PushResult
+ */
 
-/** A session's copy: its view, its connection and its actions. */
-export interface AgentSession {
-  readonly id: string;
-  /** The optimistic state: confirmed events, then the pending commands. */
-  readonly state: AIState;
-  /** The confirmed state alone. */
-  readonly confirmed: AIState;
-  /** The last log index folded. */
-  readonly index: number;
-  readonly connection: Connection;
-  /** 'starting', 'compacting', 'thinking', or null (protocol.Indicator). */
-  readonly indicator: string | null;
-  /** Calls listener after every change; returns the unsubscribe. */
-  subscribe(listener: () => void): () => void;
-  /** Resolves once the view satisfies cond (or rejects after timeoutMs). */
-  waitFor(cond: (s: AIState) => boolean, timeoutMs?: number): Promise<AIState>;
-  /** Pushes events as they are (commands show in the view at once). */
-  push(events: Event[]): PushResult;
-  sendMessage(message: string | UIMessage, options?: { generate?: boolean }): PushResult;
-  steer(text: string): PushResult;
-  stop(): PushResult;
-  approve(approvalId: string): PushResult;
-  deny(approvalId: string, options?: { reason?: string }): PushResult;
-  respond(inputId: string, value: unknown): PushResult;
-  retry(): PushResult;
-  pause(options: { when: "now" | "after-turn" }): PushResult;
-  resume(): PushResult;
-  queue: {
-    edit(message: UIMessage): PushResult;
-    move(options: { inputId: string; beforeId: string | null }): PushResult;
-    remove(inputId: string): PushResult;
-    sendNow(inputId: string): PushResult;
-  };
-  /** Drops the live stream's connection and opens a new one from the last index (no gap, no duplicate). */
-  reconnect(): void;
-  close(): void;
-}
+/** @typedef {"connecting" | "open" | "reconnecting" | "closed"} Connection */
 
-export interface AgentClient {
-  /** The session of this ID (one copy per ID while it is open). */
-  session(id: string): AgentSession;
-}
+/**
+ * @typedef {object} AgentClient
+ * @property {(id: string) => Session} session The session of this ID (one copy per ID while it is open).
+ */
 
 /** An error answer of the node: its status and its code (docs/http.md, Errors). */
 export class A2Error extends Error {
-  constructor(
-    message: string,
-    readonly status: number,
-    readonly code?: string,
-  ) {
+  /**
+   * @param {string} message
+   * @param {number} status
+   * @param {string} [code]
+   */
+  constructor(message, status, code) {
     super(message);
     this.name = "A2Error";
+    this.status = status;
+    this.code = code;
   }
 }
 
-export function createAgentClient(options: AgentClientOptions): AgentClient {
+/**
+ * @param {AgentClientOptions} options
+ * @returns {AgentClient}
+ */
+export function createAgentClient(options) {
   if (!options?.api) throw new TypeError("createAgentClient: api (the agent's URL) is required");
   if (!options.fold) throw new TypeError("createAgentClient: fold (loadFold's) is required");
-  const sessions = new Map<string, Session>();
+  /** @type {Map<string, Session>} */
+  const sessions = new Map();
   return {
-    session(id: string): AgentSession {
+    session(id) {
       if (typeof id !== "string" || id === "") throw new TypeError("session: the ID is a nonempty string");
       let s = sessions.get(id);
       if (!s || s.closed) {
@@ -94,24 +69,27 @@ export function createAgentClient(options: AgentClientOptions): AgentClient {
   };
 }
 
-class Session implements AgentSession {
-  readonly #o: AgentClientOptions;
-  readonly #fold: Fold;
-  readonly #h: number;
-  readonly #listeners = new Set<() => void>();
-  readonly #waiting = new Map<string, () => void>(); // pushed event ID -> confirmed
+/** A session's copy: its view, its connection and its actions. */
+export class Session {
+  /** @type {AgentClientOptions} */ #o;
+  /** @type {Fold} */ #fold;
+  /** @type {number} */ #h;
+  /** @type {Set<() => void>} */ #listeners = new Set();
+  /** @type {Map<string, () => void>} pushed event ID -> confirmed */ #waiting = new Map();
   #index = 0;
-  #connection: Connection = "connecting";
-  #abort: AbortController | null = null;
-  #delay: number;
-  #onClose: () => void;
+  /** @type {Connection} */ #connection = "connecting";
+  /** @type {AbortController | null} */ #abort = null;
+  /** @type {number} */ #delay;
+  /** @type {() => void} */ #onClose;
   closed = false;
 
-  constructor(
-    readonly id: string,
-    o: AgentClientOptions,
-    onClose: () => void,
-  ) {
+  /**
+   * @param {string} id
+   * @param {AgentClientOptions} o
+   * @param {() => void} onClose
+   */
+  constructor(id, o, onClose) {
+    this.id = id;
     this.#o = o;
     this.#fold = o.fold;
     this.#h = this.#fold.open();
@@ -120,28 +98,44 @@ class Session implements AgentSession {
     void this.#run();
   }
 
-  get state(): AIState {
+  /** The optimistic state: confirmed events, then the pending commands. */
+  get state() {
     return this.#fold.view(this.#h);
   }
-  get confirmed(): AIState {
+  /** The confirmed state alone. */
+  get confirmed() {
     return this.#fold.state(this.#h);
   }
-  get index(): number {
+  /** The last log index folded. */
+  get index() {
     return this.#index;
   }
-  get connection(): Connection {
+  /** @returns {Connection} */
+  get connection() {
     return this.#connection;
   }
-  get indicator(): string | null {
+  /** 'starting', 'compacting', 'thinking', or null (protocol.Indicator). */
+  get indicator() {
     return this.#fold.indicator(this.#h);
   }
 
-  subscribe(listener: () => void): () => void {
+  /**
+   * Calls listener after every change; returns the unsubscribe.
+   * @param {() => void} listener
+   * @returns {() => void}
+   */
+  subscribe(listener) {
     this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    return () => void this.#listeners.delete(listener);
   }
 
-  waitFor(cond: (s: AIState) => boolean, timeoutMs = 30000): Promise<AIState> {
+  /**
+   * Resolves once the view satisfies cond (or rejects after timeoutMs).
+   * @param {(s: AIState) => boolean} cond
+   * @param {number} [timeoutMs]
+   * @returns {Promise<AIState>}
+   */
+  waitFor(cond, timeoutMs = 30000) {
     return new Promise((resolve, reject) => {
       const check = () => {
         const s = this.state;
@@ -170,11 +164,13 @@ class Session implements AgentSession {
     }
   }
 
-  #url(path: string): string {
+  /** @param {string} path */
+  #url(path) {
     return `${this.#o.api.replace(/\/+$/, "")}/sessions/${encodeURIComponent(this.id)}${path}`;
   }
 
-  #fetch(): typeof fetch {
+  /** @returns {typeof fetch} */
+  #fetch() {
     return this.#o.fetch ?? globalThis.fetch;
   }
 
@@ -184,11 +180,11 @@ class Session implements AgentSession {
     try {
       const res = await this.#fetch()(this.#url("/state"));
       if (!res.ok) throw await errorOf(res);
-      const body = (await res.json()) as { index: number; state: unknown };
+      const body = /** @type {{ index: number, state: unknown }} */ (await res.json());
       this.#fold.restore(this.#h, body.state);
       this.#index = body.index;
       this.#emit();
-    } catch (err) {
+    } catch {
       if (this.closed) return;
       this.#connection = "reconnecting";
       this.#emit();
@@ -218,15 +214,18 @@ class Session implements AgentSession {
     }
   }
 
-  #nextDelay(): number {
+  #nextDelay() {
     const d = this.#delay;
     this.#delay = Math.min(d * 2, this.#o.reconnect?.maxMs ?? 5000);
     return d;
   }
 
-  // #read folds the server-sent events of one connection, each event once
-  // (an index at or below the last folded one is skipped).
-  async #read(body: ReadableStream<Uint8Array>) {
+  /**
+   * Folds the server-sent events of one connection, each event once (an
+   * index at or below the last folded one is skipped).
+   * @param {ReadableStream<Uint8Array>} body
+   */
+  async #read(body) {
     const reader = body.getReader();
     const decoder = new TextDecoder();
     let buf = "";
@@ -235,14 +234,15 @@ class Session implements AgentSession {
       const { value, done } = await reader.read();
       if (done) return;
       buf += decoder.decode(value, { stream: true });
-      let nl: number;
-      const batch: Event[] = [];
+      let nl;
+      /** @type {Event[]} */
+      const batch = [];
       while ((nl = buf.indexOf("\n")) >= 0) {
         const line = buf.slice(0, nl).replace(/\r$/, "");
         buf = buf.slice(nl + 1);
         if (line === "") {
           if (data !== "") {
-            const ev = JSON.parse(data) as Event;
+            const ev = /** @type {Event} */ (JSON.parse(data));
             if ((ev.index ?? 0) > this.#index) batch.push(ev);
           }
           data = "";
@@ -254,7 +254,8 @@ class Session implements AgentSession {
     }
   }
 
-  #apply(events: Event[]) {
+  /** @param {Event[]} events */
+  #apply(events) {
     try {
       this.#fold.apply(this.#h, events);
     } catch (err) {
@@ -271,10 +272,15 @@ class Session implements AgentSession {
     this.#emit();
   }
 
-  push(events: Event[]): PushResult {
+  /**
+   * Pushes events as they are (commands show in the view at once).
+   * @param {Event[]} events
+   * @returns {PushResult}
+   */
+  push(events) {
     for (const ev of events) this.#fold.push(this.#h, ev);
     if (events.length > 0) this.#emit();
-    const confirmations = events.map((ev) => new Promise<void>((resolve) => this.#waiting.set(ev.id, resolve)));
+    const confirmations = events.map((ev) => new Promise((resolve) => this.#waiting.set(ev.id, () => resolve(undefined))));
     const persisted = (async () => {
       if (events.length === 0) return [];
       try {
@@ -284,7 +290,7 @@ class Session implements AgentSession {
           body: JSON.stringify({ events: events.map(({ id, type, payload }) => ({ id, type, payload })) }),
         });
         if (!res.ok) throw await errorOf(res);
-        const body = (await res.json()) as { events: Event[] };
+        const body = /** @type {{ events: Event[] }} */ (await res.json());
         return body.events;
       } catch (err) {
         for (const ev of events) {
@@ -295,18 +301,24 @@ class Session implements AgentSession {
         throw err;
       }
     })();
-    const result = persisted as PushResult;
+    const result = /** @type {PushResult} */ (persisted);
     result.confirmed = Promise.all(confirmations).then(() => undefined);
     return result;
   }
 
-  #act(action: Action, args: Record<string, unknown> = {}): PushResult {
+  /**
+   * @param {Action} action
+   * @param {Record<string, unknown>} [args]
+   * @returns {PushResult}
+   */
+  #act(action, args = {}) {
     const newID = this.#o.newID ?? (() => globalThis.crypto.randomUUID());
-    let events: Event[];
+    /** @type {Event[]} */
+    let events;
     try {
       events = this.#fold.act(this.#h, action, args, newID);
     } catch (err) {
-      const failed = Promise.reject(err) as PushResult;
+      const failed = /** @type {PushResult} */ (Promise.reject(err));
       failed.confirmed = failed.then(() => undefined);
       failed.confirmed.catch(() => {});
       return failed;
@@ -314,42 +326,65 @@ class Session implements AgentSession {
     return this.push(events);
   }
 
-  sendMessage(message: string | UIMessage, options: { generate?: boolean } = {}): PushResult {
+  /**
+   * Queues a string (one text part) or a UIMessage.
+   * @param {string | UIMessage} message
+   * @param {{ generate?: boolean }} [options]
+   */
+  sendMessage(message, options = {}) {
     return typeof message === "string"
       ? this.#act("sendMessage", { text: message, generate: options.generate })
       : this.#act("send", { message, generate: options.generate });
   }
-  steer(text: string) {
+  /** Steers the active turn after its current step, or sends when idle. @param {string} text */
+  steer(text) {
     return this.#act("steer", { text });
   }
+  /** Stops the active turn at the frontier the view shows. */
   stop() {
     return this.#act("stop");
   }
-  approve(approvalId: string) {
+  /** @param {string} approvalId */
+  approve(approvalId) {
     return this.#act("approve", { approvalId });
   }
-  deny(approvalId: string, options: { reason?: string } = {}) {
+  /**
+   * @param {string} approvalId
+   * @param {{ reason?: string }} [options]
+   */
+  deny(approvalId, options = {}) {
     return this.#act("deny", { approvalId, reason: options.reason });
   }
-  respond(inputId: string, value: unknown) {
+  /**
+   * @param {string} inputId
+   * @param {unknown} value
+   */
+  respond(inputId, value) {
     return this.#act("respond", { inputId, value });
   }
+  /** Retries the failed response with a fresh retryId. */
   retry() {
     return this.#act("retry");
   }
-  pause(options: { when: "now" | "after-turn" }) {
+  /** @param {{ when: "now" | "after-turn" }} options */
+  pause(options) {
     return this.#act("pause", { when: options?.when });
   }
   resume() {
     return this.#act("resume");
   }
-  readonly queue = {
-    edit: (message: UIMessage) => this.#act("queueEdit", { message }),
-    move: (o: { inputId: string; beforeId: string | null }) => this.#act("queueMove", { inputId: o.inputId, beforeId: o.beforeId }),
-    remove: (inputId: string) => this.#act("queueRemove", { inputId }),
-    sendNow: (inputId: string) => this.#act("queueSendNow", { inputId }),
+  queue = {
+    /** @param {UIMessage} message */
+    edit: (message) => this.#act("queueEdit", { message }),
+    /** @param {{ inputId: string, beforeId: string | null }} o */
+    move: (o) => this.#act("queueMove", { inputId: o.inputId, beforeId: o.beforeId }),
+    /** @param {string} inputId */
+    remove: (inputId) => this.#act("queueRemove", { inputId }),
+    /** @param {string} inputId */
+    sendNow: (inputId) => this.#act("queueSendNow", { inputId }),
   };
 
+  /** Drops the live stream's connection and opens a new one from the last index (no gap, no duplicate). */
   reconnect() {
     this.#abort?.abort();
   }
@@ -366,11 +401,16 @@ class Session implements AgentSession {
   }
 }
 
-async function errorOf(res: Response): Promise<A2Error> {
-  let code: string | undefined;
+/**
+ * @param {Response} res
+ * @returns {Promise<A2Error>}
+ */
+async function errorOf(res) {
+  /** @type {string | undefined} */
+  let code;
   let message = `HTTP ${res.status}`;
   try {
-    const body = (await res.json()) as { error?: { code?: string; message?: string } };
+    const body = /** @type {{ error?: { code?: string, message?: string } }} */ (await res.json());
     code = body.error?.code;
     if (body.error?.message) message = `${message}: ${body.error.message}`;
   } catch {
@@ -379,4 +419,5 @@ async function errorOf(res: Response): Promise<A2Error> {
   return new A2Error(message, res.status, code);
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** @param {number} ms */
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
