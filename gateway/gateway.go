@@ -89,9 +89,10 @@ type Options struct {
 	// Logger receives internal errors and recovered panics (default:
 	// discard).
 	Logger *slog.Logger
-	// Assets, when set, serves GET /fold.wasm and /wasm_exec.js: the
-	// fold's WebAssembly build, which a browser client loads from the
-	// node (clients/assets, docs/clients.md).
+	// Assets, when set, serves GET /fold.wasm, /wasm_exec.js and
+	// /client/: the fold's WebAssembly build and the JavaScript client,
+	// which a browser loads from the node (clients/assets,
+	// docs/clients.md).
 	Assets http.Handler
 	// ClusterStatus, when set (a cluster node), serves GET /v1/cluster:
 	// the node's view of the cluster as JSON (cluster.Status).
@@ -171,6 +172,7 @@ func New(router Router, opts Options) *Gateway {
 	if g.opts.Assets != nil {
 		mux.Handle("/fold.wasm", g.opts.Assets)
 		mux.Handle("/wasm_exec.js", g.opts.Assets)
+		mux.Handle("/client/", g.opts.Assets)
 	}
 	if g.opts.ClusterStatus != nil {
 		mux.Handle("/v1/cluster", methods{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {

@@ -1,6 +1,7 @@
 // Package assets serves what a browser client of A2 loads from a node: the
-// fold's WebAssembly build (clients/wasm, GET /fold.wasm) and Go's
-// wasm_exec.js, which runs it (GET /wasm_exec.js). docs/clients.md.
+// fold's WebAssembly build (clients/wasm, GET /fold.wasm), Go's
+// wasm_exec.js, which runs it (GET /wasm_exec.js), and the JavaScript
+// client's modules (clients/js, GET /client/index.js). docs/clients.md.
 //
 // A binary built with the tag a2embed carries both (go generate
 // ./clients/assets writes them first). Any other build makes them from
@@ -30,6 +31,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	jsclient "github.com/a2-runtime/a2/clients/js"
 )
 
 // Options configure the assets.
@@ -183,12 +186,29 @@ func sourceVersion(root, goCmd string) (string, error) {
 }
 
 // ServeHTTP serves GET and HEAD of /fold.wasm and /wasm_exec.js, waiting
-// for the module while it is made (up to the request's end); 503 when it
-// cannot be had, saying why.
+// for the module while it is made (up to the request's end; 503 when it
+// cannot be had, saying why), and of the JavaScript client's modules at
+// /client/ (clients/js/src).
 func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/client/"); ok {
+		// The JavaScript client's modules, as they are in clients/js/src.
+		if strings.Contains(name, "/") || !strings.HasSuffix(name, ".js") {
+			http.NotFound(w, r)
+			return
+		}
+		b, err := fs.ReadFile(jsclient.Sources, "src/"+name)
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
 		return
 	}
 	a.Start()

@@ -81,3 +81,35 @@ func TestTheFoldModuleIsBuiltOnceAndServed(t *testing.T) {
 		t.Fatalf("without a toolchain: %d %q", rec.Code, body)
 	}
 }
+
+// The JavaScript client's modules are served at /client/ as they are in
+// clients/js/src, with no module build needed; anything else there is
+// 404.
+func TestTheClientsModulesAreServed(t *testing.T) {
+	a := New(Options{CacheDir: t.TempDir(), Go: filepath.Join(t.TempDir(), "no-such-go")})
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		says         string
+	}{
+		{http.MethodGet, "/client/index.js", 200, "createAgentClient"},
+		{http.MethodGet, "/client/client.js", 200, "class Session"},
+		{http.MethodGet, "/client/fold.js", 200, "loadFold"},
+		{http.MethodHead, "/client/index.js", 200, ""},
+		{http.MethodGet, "/client/nope.js", 404, ""},
+		{http.MethodGet, "/client/embed.go", 404, ""},
+		{http.MethodGet, "/client/../assets.go", 404, ""},
+		{http.MethodGet, "/client/sub/index.js", 404, ""},
+		{http.MethodGet, "/client/", 404, ""},
+		{http.MethodPost, "/client/index.js", 405, ""},
+	} {
+		rec := httptest.NewRecorder()
+		a.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.says) {
+			t.Errorf("%s %s: %d (%d bytes), want %d saying %q", tc.method, tc.path, rec.Code, rec.Body.Len(), tc.code, tc.says)
+		}
+		if tc.code == 200 && rec.Header().Get("Content-Type") != "text/javascript; charset=utf-8" {
+			t.Errorf("%s: Content-Type %q", tc.path, rec.Header().Get("Content-Type"))
+		}
+	}
+}

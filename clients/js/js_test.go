@@ -1,4 +1,4 @@
-package js_test
+package jsclient_test
 
 import (
 	"bytes"

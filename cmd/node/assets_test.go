@@ -15,7 +15,7 @@ func TestTheNodeServesTheFold(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	n := startNode(t, config{})
 	c := &http.Client{Timeout: 3 * time.Minute}
-	for path, want := range map[string]string{"/fold.wasm": "application/wasm", "/wasm_exec.js": "text/javascript; charset=utf-8"} {
+	for path, want := range map[string]string{"/fold.wasm": "application/wasm", "/wasm_exec.js": "text/javascript; charset=utf-8", "/client/index.js": "text/javascript; charset=utf-8"} {
 		resp, err := c.Get(n.url + path)
 		if err != nil {
 			t.Fatal(err)
