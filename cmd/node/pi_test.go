@@ -36,27 +36,7 @@ func TestNodeWithThePiHarness(t *testing.T) {
 	if !strings.Contains(n.out.String(), "harness: pi") {
 		t.Fatalf("the banner does not name the harness:\n%s", n.out.String())
 	}
-	c, err := client.New(n.url, "assistant", client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := c.Open(ctx, "coding")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Send(ctx, "write hello.txt and show it"); err != nil {
-		t.Fatal(err)
-	}
-	var st *protocol.AIState
-	if err := s.Wait(ctx, func(a *protocol.AIState) bool {
-		st = a
-		return (a.Active == nil && len(a.Messages) == 2) || a.Status == protocol.StatusFailed
-	}); err != nil {
-		t.Fatal(err)
-	}
+	st := firstTurn(t, n.url, "assistant", "coding", "write hello.txt and show it")
 	var outputs, text []string
 	for _, p := range st.Messages[1].Parts {
 		if p.ToolCallID != "" {
@@ -118,29 +98,9 @@ func TestAnAgentsFileWithAPiAgent(t *testing.T) {
 	}
 	sandboxes := filepath.Join(dir, "sandboxes")
 	n := startNode(t, config{script: script, agentsFile: agents, sandboxes: sandboxes, sandboxDirs: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	turn := func(agent string) protocol.Part {
 		t.Helper()
-		c, err := client.New(n.url, agent, client.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Open(ctx, "notes-"+agent)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if _, err := s.Send(ctx, "take a note"); err != nil {
-			t.Fatal(err)
-		}
-		var st *protocol.AIState
-		if err := s.Wait(ctx, func(a *protocol.AIState) bool {
-			st = a
-			return (a.Active == nil && len(a.Messages) == 2) || a.Status == protocol.StatusFailed
-		}); err != nil {
-			t.Fatal(err)
-		}
+		st := firstTurn(t, n.url, agent, "notes-"+agent, "take a note")
 		for _, p := range st.Messages[1].Parts {
 			if p.ToolCallID == "w1" {
 				return p
@@ -166,6 +126,34 @@ func TestAnAgentsFileWithAPiAgent(t *testing.T) {
 	if entries, _ := os.ReadDir(sandboxes); len(entries) != 1 {
 		t.Fatalf("the sandboxes after the plain agent's turn: %d, want 1", len(entries))
 	}
+}
+
+// firstTurn sends a session's first message to agent through the Go
+// client and returns the state once its answer has ended (or failed).
+func firstTurn(t *testing.T, url, agent, session, text string) *protocol.AIState {
+	t.Helper()
+	c, err := client.New(url, agent, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := c.Open(ctx, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Send(ctx, text); err != nil {
+		t.Fatal(err)
+	}
+	var st *protocol.AIState
+	if err := s.Wait(ctx, func(a *protocol.AIState) bool {
+		st = a
+		return (a.Active == nil && len(a.Messages) == 2) || a.Status == protocol.StatusFailed
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // Bad --harness flags are refused with the reason.
