@@ -4,6 +4,8 @@
 // createAgentClient and useAgent's session result). Plain JavaScript with
 // JSDoc types (tsc checks them and writes types/).
 
+import { loadFold } from "./fold.js";
+
 /** @typedef {import("./fold.js").Action} Action */
 /** @typedef {import("./fold.js").AIState} AIState */
 /** @typedef {import("./fold.js").Event} Event */
@@ -13,7 +15,9 @@
 /**
  * @typedef {object} AgentClientOptions
  * @property {string} api The agent's base URL: http://127.0.0.1:8080/v1/agents/assistant
- * @property {Fold} fold The fold's module (loadFold).
+ * @property {Fold | Promise<Fold>} [fold] The fold's module (loadFold); default: loaded from the node that serves api (/fold.wasm, once per page).
+ * @property {number} [gcTime] How long, in ms, a session no component retains stays open (default 60,000).
+ * @property {number} [keepEvents] How many of the latest confirmed events a session keeps in its events (default 500).
  * @property {typeof fetch} [fetch] The fetch to use (default globalThis.fetch, read per request).
  * @property {{ minMs?: number, maxMs?: number }} [reconnect] Reconnect delays of the live stream, in ms: from min doubling to max (default 250 to 5,000).
  * @property {() => string} [newID] Fresh caller IDs (default crypto.randomUUID).
@@ -30,6 +34,22 @@
 /**
  * @typedef {object} AgentClient
  * @property {(id: string) => Session} session The session of this ID (one copy per ID while it is open).
+ * @property {string} api The agent's base URL, absolute.
+ */
+
+/**
+ * What a session shows at one moment; the same object until it changes
+ * (useSyncExternalStore's snapshot).
+ * @typedef {object} Snapshot
+ * @property {AIState} state The optimistic state.
+ * @property {AIState} confirmed The confirmed state.
+ * @property {number} index The last log index folded.
+ * @property {Connection} connection
+ * @property {string | null} indicator
+ * @property {boolean} hydrated Whether the state has come from the node.
+ * @property {Event[]} events The confirmed events folded since the session hydrated, the latest keepEvents of them.
+ * @property {Event[]} history Earlier events loaded by loadHistory, oldest first, ending at the hydrated index.
+ * @property {boolean} historyComplete Whether history reaches the log's first event.
  */
 
 /** An error answer of the node: its status and its code (docs/http.md, Errors). */
@@ -52,11 +72,21 @@ export class A2Error extends Error {
  * @returns {AgentClient}
  */
 export function createAgentClient(options) {
-  if (!options?.api) throw new TypeError("createAgentClient: api (the agent's URL) is required");
-  if (!options.fold) throw new TypeError("createAgentClient: fold (loadFold's) is required");
+  if (!options?.api || typeof options.api !== "string") throw new TypeError("createAgentClient: api (the agent's URL) is required");
+  const loc = /** @type {{ location?: { href: string } }} */ (/** @type {unknown} */ (globalThis)).location;
+  /** @type {URL} */
+  let api;
+  try {
+    api = new URL(options.api, loc?.href);
+  } catch {
+    throw new TypeError(`createAgentClient: api ${JSON.stringify(options.api)} is not a URL`);
+  }
+  const fold = options.fold ?? loadFold(new URL("/fold.wasm", api));
+  options = { ...options, api: api.href, fold };
   /** @type {Map<string, Session>} */
   const sessions = new Map();
   return {
+    api: api.href,
     session(id) {
       if (typeof id !== "string" || id === "") throw new TypeError("session: the ID is a nonempty string");
       let s = sessions.get(id);
@@ -72,8 +102,17 @@ export function createAgentClient(options) {
 /** A session's copy: its view, its connection and its actions. */
 export class Session {
   /** @type {AgentClientOptions} */ #o;
-  /** @type {Fold} */ #fold;
-  /** @type {number} */ #h;
+  /** @type {Fold | null} */ #fold = null;
+  /** @type {Promise<Fold>} */ #ready;
+  #h = 0;
+  /** @type {Snapshot | null} */ #snapshot = null;
+  #hydrated = false;
+  #hydratedAt = 0;
+  /** @type {Event[]} */ #events = [];
+  /** @type {Event[]} */ #history = [];
+  #historyComplete = false;
+  #retained = 0;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */ #gc;
   /** @type {Set<() => void>} */ #listeners = new Set();
   /** @type {Map<string, () => void>} pushed event ID -> confirmed */ #waiting = new Map();
   #index = 0;
@@ -91,20 +130,47 @@ export class Session {
   constructor(id, o, onClose) {
     this.id = id;
     this.#o = o;
-    this.#fold = o.fold;
-    this.#h = this.#fold.open();
+    this.#ready = Promise.resolve(/** @type {Fold | Promise<Fold>} */ (o.fold)).then((fold) => {
+      this.#fold = fold;
+      this.#h = fold.open();
+      return fold;
+    });
+    // A failed load is each action's error, and the stream's, said once.
+    this.#ready.catch((err) => console.error("a2 client: the fold did not load", err));
     this.#delay = o.reconnect?.minMs ?? 250;
     this.#onClose = onClose;
     void this.#run();
   }
 
+  /**
+   * What the session shows now, made once per change: the same object
+   * until the next change.
+   * @returns {Snapshot}
+   */
+  get snapshot() {
+    if (!this.#snapshot) {
+      const f = this.#fold;
+      this.#snapshot = Object.freeze({
+        state: f ? f.view(this.#h) : emptyState(),
+        confirmed: f ? f.state(this.#h) : emptyState(),
+        index: this.#index,
+        connection: this.#connection,
+        indicator: f ? f.indicator(this.#h) : null,
+        hydrated: this.#hydrated,
+        events: this.#events,
+        history: this.#history,
+        historyComplete: this.#historyComplete,
+      });
+    }
+    return this.#snapshot;
+  }
   /** The optimistic state: confirmed events, then the pending commands. */
   get state() {
-    return this.#fold.view(this.#h);
+    return this.snapshot.state;
   }
   /** The confirmed state alone. */
   get confirmed() {
-    return this.#fold.state(this.#h);
+    return this.snapshot.confirmed;
   }
   /** The last log index folded. */
   get index() {
@@ -116,7 +182,68 @@ export class Session {
   }
   /** 'starting', 'compacting', 'thinking', or null (protocol.Indicator). */
   get indicator() {
-    return this.#fold.indicator(this.#h);
+    return this.snapshot.indicator;
+  }
+  /** Whether the state has come from the node. */
+  get hydrated() {
+    return this.#hydrated;
+  }
+  /** The confirmed events folded since the session hydrated (the latest keepEvents). */
+  get events() {
+    return this.#events;
+  }
+  /** Earlier events loaded by loadHistory, oldest first. */
+  get history() {
+    return this.#history;
+  }
+
+  /**
+   * Loads the page of the log just before what history holds (before the
+   * hydrated index at first), up to limit events (1 to 1,000). Resolves
+   * to how many it loaded; 0 once history reaches the log's start.
+   * @param {{ limit?: number }} [options]
+   * @returns {Promise<number>}
+   */
+  async loadHistory(options = {}) {
+    const limit = options.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new RangeError("loadHistory: limit is an integer from 1 to 1,000");
+    if (!this.#hydrated) await this.waitFor(() => this.#hydrated);
+    const first = this.#history[0];
+    const end = first ? (first.index ?? 1) - 1 : this.#hydratedAt;
+    if (end <= 0) {
+      this.#historyComplete = true;
+      this.#changed();
+      return 0;
+    }
+    const after = Math.max(0, end - limit);
+    const res = await this.#fetch()(this.#url(`/events?after=${after}&limit=${end - after}`));
+    if (!res.ok) throw await errorOf(res);
+    const body = /** @type {{ events: Event[] }} */ (await res.json());
+    const page = body.events.filter((ev) => (ev.index ?? 0) <= end);
+    this.#history = [...page, ...this.#history];
+    this.#historyComplete = after === 0;
+    this.#changed();
+    return page.length;
+  }
+
+  /**
+   * Keeps the session open while retained: the client closes a session
+   * gcTime after its last release (useAgent retains it while mounted).
+   * @returns {() => void} the release
+   */
+  retain() {
+    this.#retained++;
+    clearTimeout(this.#gc);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      if (--this.#retained === 0 && !this.closed) {
+        this.#gc = setTimeout(() => {
+          if (this.#retained === 0) this.close();
+        }, this.#o.gcTime ?? 60000);
+      }
+    };
   }
 
   /**
@@ -154,6 +281,12 @@ export class Session {
     });
   }
 
+  // Something changed: a new snapshot, then the listeners.
+  #changed() {
+    if (!this.closed) this.#snapshot = null;
+    this.#emit();
+  }
+
   #emit() {
     for (const l of [...this.#listeners]) {
       try {
@@ -178,16 +311,21 @@ export class Session {
   // index, reconnecting from the last index seen.
   async #run() {
     try {
+      const fold = await this.#ready;
+      if (this.closed) return;
       const res = await this.#fetch()(this.#url("/state"));
       if (!res.ok) throw await errorOf(res);
       const body = /** @type {{ index: number, state: unknown }} */ (await res.json());
-      this.#fold.restore(this.#h, body.state);
+      if (this.closed) return;
+      fold.restore(this.#h, body.state);
       this.#index = body.index;
-      this.#emit();
+      this.#hydrated = true;
+      this.#hydratedAt = body.index;
+      this.#changed();
     } catch {
       if (this.closed) return;
       this.#connection = "reconnecting";
-      this.#emit();
+      this.#changed();
       await sleep(this.#nextDelay());
       if (!this.closed) void this.#run();
       return;
@@ -202,14 +340,14 @@ export class Session {
         if (!res.ok || !res.body) throw await errorOf(res);
         this.#connection = "open";
         this.#delay = this.#o.reconnect?.minMs ?? 250;
-        this.#emit();
+        this.#changed();
         await this.#read(res.body);
       } catch {
         // the connection dropped, or was dropped by reconnect()
       }
       if (this.closed) break;
       this.#connection = "reconnecting";
-      this.#emit();
+      this.#changed();
       await sleep(this.#nextDelay());
     }
   }
@@ -257,10 +395,12 @@ export class Session {
   /** @param {Event[]} events */
   #apply(events) {
     try {
-      this.#fold.apply(this.#h, events);
+      this.#fold?.apply(this.#h, events);
     } catch (err) {
       console.error("a2 client: the fold refused an event", err);
     }
+    const keep = this.#o.keepEvents ?? 500;
+    this.#events = [...this.#events, ...events].slice(-keep);
     for (const ev of events) {
       this.#index = Math.max(this.#index, ev.index ?? 0);
       const confirm = this.#waiting.get(ev.id);
@@ -269,7 +409,7 @@ export class Session {
         confirm();
       }
     }
-    this.#emit();
+    this.#changed();
   }
 
   /**
@@ -278,8 +418,11 @@ export class Session {
    * @returns {PushResult}
    */
   push(events) {
+    if (!this.#fold) {
+      return later(this.#ready, () => this.push(events));
+    }
     for (const ev of events) this.#fold.push(this.#h, ev);
-    if (events.length > 0) this.#emit();
+    if (events.length > 0) this.#changed();
     const confirmations = events.map((ev) => new Promise((resolve) => this.#waiting.set(ev.id, () => resolve(undefined))));
     const persisted = (async () => {
       if (events.length === 0) return [];
@@ -294,10 +437,10 @@ export class Session {
         return body.events;
       } catch (err) {
         for (const ev of events) {
-          this.#fold.fail(this.#h, ev.id);
+          this.#fold?.fail(this.#h, ev.id);
           this.#waiting.delete(ev.id);
         }
-        this.#emit();
+        this.#changed();
         throw err;
       }
     })();
@@ -312,6 +455,7 @@ export class Session {
    * @returns {PushResult}
    */
   #act(action, args = {}) {
+    if (!this.#fold) return later(this.#ready, () => this.#act(action, args));
     const newID = this.#o.newID ?? (() => globalThis.crypto.randomUUID());
     /** @type {Event[]} */
     let events;
@@ -391,10 +535,15 @@ export class Session {
 
   close() {
     if (this.closed) return;
+    // The last snapshot stays readable: the fold forgets the session.
+    const last = this.snapshot;
     this.closed = true;
     this.#connection = "closed";
+    this.#snapshot = Object.freeze({ ...last, connection: this.#connection });
     this.#abort?.abort();
-    this.#fold.close(this.#h);
+    clearTimeout(this.#gc);
+    if (this.#fold) this.#fold.close(this.#h);
+    else void this.#ready.then((f) => f.close(this.#h), () => {});
     this.#onClose();
     this.#emit();
     this.#listeners.clear();
@@ -417,6 +566,47 @@ async function errorOf(res) {
     // not JSON
   }
   return new A2Error(message, res.status, code);
+}
+
+/**
+ * The PushResult of a push made once the fold has loaded.
+ * @param {Promise<Fold>} ready
+ * @param {() => PushResult} run
+ * @returns {PushResult}
+ */
+function later(ready, run) {
+  const inner = ready.then(() => ({ r: run() }));
+  const result = /** @type {PushResult} */ (inner.then(({ r }) => r));
+  result.confirmed = inner.then(({ r }) => r.confirmed);
+  result.confirmed.catch(() => {});
+  return result;
+}
+
+/**
+ * The state of a session with no events (protocol.NewAIState), shown until
+ * the fold loads.
+ * @returns {AIState}
+ */
+function emptyState() {
+  return {
+    messages: [],
+    inbox: { paused: false, items: [] },
+    active: null,
+    status: "idle",
+    starting: false,
+    receipt: null,
+    pendingQueueCommands: [],
+    session: { status: "new" },
+    pendingApprovals: {},
+    pendingInputs: {},
+    tools: {},
+    compaction: null,
+    modelMetadata: {},
+    usage: {},
+    error: null,
+    activeGeneration: null,
+    responseOwners: {},
+  };
 }
 
 /** @param {number} ms */

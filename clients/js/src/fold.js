@@ -46,28 +46,51 @@
  * }} Fold
  */
 
+/** @type {Map<string, Promise<Fold>>} the modules loaded from a URL, once per page */
+const loaded = new Map();
+
 /**
- * Loads the fold's module. Go's wasm_exec.js must have set globalThis.Go
- * (a script tag in a page; an import in Node.js). `module` is the
- * module's bytes, or its URL (fetched).
+ * Loads the fold's module. `module` is the module's bytes, or its URL
+ * (fetched once per page: a second call with the same URL shares the
+ * module). Go's wasm_exec.js must set globalThis.Go first: a page loads
+ * it with a script tag, or loadFold imports it from beside a module's
+ * URL (/wasm_exec.js beside a node's /fold.wasm); Node.js imports it.
  * @param {ArrayBuffer | Uint8Array | URL | string} module
  * @returns {Promise<Fold>}
  */
-export async function loadFold(module) {
-  const Go = /** @type {{ Go?: new () => { importObject: WebAssembly.Imports, run(i: WebAssembly.Instance): Promise<void> } }} */ (
+export function loadFold(module) {
+  if (typeof module !== "string" && !(module instanceof URL)) return instantiate(module);
+  const loc = /** @type {{ location?: { href: string } }} */ (/** @type {unknown} */ (globalThis)).location;
+  const url = new URL(module, loc?.href);
+  let p = loaded.get(url.href);
+  if (!p) {
+    p = (async () => {
+      if (!goOf()) await import(new URL("wasm_exec.js", url).href);
+      const res = await fetch(url);
+      if (!res.ok) throw new Error(`loadFold: ${url.href}: HTTP ${res.status}: ${(await res.text()).slice(0, 300)}`);
+      return instantiate(await res.arrayBuffer());
+    })();
+    loaded.set(url.href, p);
+    // A failed load is tried again by the next call.
+    p.catch(() => loaded.delete(url.href));
+  }
+  return p;
+}
+
+const goOf = () =>
+  /** @type {{ Go?: new () => { importObject: WebAssembly.Imports, run(i: WebAssembly.Instance): Promise<void> } }} */ (
     /** @type {unknown} */ (globalThis)
   ).Go;
+
+/**
+ * @param {ArrayBuffer | Uint8Array} bytes
+ * @returns {Promise<Fold>}
+ */
+async function instantiate(bytes) {
+  const Go = goOf();
   if (!Go) throw new Error("loadFold: globalThis.Go is missing: load Go's wasm_exec.js first");
   const go = new Go();
-  /** @type {WebAssembly.Instance} */
-  let instance;
-  if (typeof module === "string" || module instanceof URL) {
-    const res = await fetch(module);
-    if (!res.ok) throw new Error(`loadFold: ${String(module)}: HTTP ${res.status}`);
-    ({ instance } = await WebAssembly.instantiate(await res.arrayBuffer(), go.importObject));
-  } else {
-    ({ instance } = await WebAssembly.instantiate(/** @type {BufferSource} */ (module), go.importObject));
-  }
+  const { instance } = await WebAssembly.instantiate(/** @type {BufferSource} */ (bytes), go.importObject);
   void go.run(instance);
   const raw = /** @type {{ A2Fold?: Raw }} */ (/** @type {unknown} */ (globalThis)).A2Fold;
   if (!raw) throw new Error("loadFold: the module did not set A2Fold");

@@ -10,3 +10,4 @@ export { A2Error, createAgentClient, Session } from "./client.js";
 /** @typedef {import("./client.js").AgentClientOptions} AgentClientOptions */
 /** @typedef {import("./client.js").Connection} Connection */
 /** @typedef {import("./client.js").PushResult} PushResult */
+/** @typedef {import("./client.js").Snapshot} Snapshot */

@@ -126,3 +126,72 @@ test("bad input gets a clear error and changes nothing", { timeout: 60000 }, asy
   assert.equal(JSON.stringify(s.state), before);
   s.close();
 });
+
+test("a snapshot is the same object until something changes; events and history hold the log", { timeout: 60000 }, async () => {
+  const id = `t6-${process.pid}`;
+  const s = session(id);
+  await open(s);
+  assert.equal(s.hydrated, true);
+  await s.sendMessage("hello first").confirmed;
+  await s.waitFor((v) => idle(v) && v.messages.length === 2);
+  const a = s.snapshot;
+  assert.equal(s.snapshot, a, "no change: the same snapshot");
+  await s.sendMessage("hello second").confirmed;
+  await s.waitFor((v) => idle(v) && v.messages.length === 4);
+  assert.notEqual(s.snapshot, a, "a change: a new snapshot");
+  assert.equal(s.snapshot.state.messages.length, 4);
+  // Every confirmed event since hydration, in order, ending at the index.
+  const server = await (await fetch(`${base}/v1/agents/assistant/sessions/${id}/events?after=0&limit=1000`)).json();
+  await s.waitFor(() => s.index >= server.events.at(-1).index);
+  assert.deepEqual(s.events.map((e) => e.index), server.events.map((e) => e.index));
+  // A second copy hydrates at the end; its history loads the earlier log in pages.
+  const other = createAgentClient({ api: `${base}/v1/agents/assistant`, fold: loadFold(readFileSync(wasm)) }).session(id);
+  opened.add(other);
+  await other.waitFor(() => other.hydrated && other.index === s.index);
+  assert.deepEqual(other.events, []);
+  let pages = 0;
+  while ((await other.loadHistory({ limit: 3 })) > 0) pages++;
+  assert.equal(pages, Math.ceil(server.events.length / 3));
+  assert.equal(other.snapshot.historyComplete, true);
+  assert.deepEqual(other.history.map((e) => e.id), server.events.map((e) => e.id));
+  await assert.rejects(other.loadHistory({ limit: 0 }), RangeError);
+});
+
+test("actions made before the fold loads wait for it", { timeout: 60000 }, async () => {
+  let loadNow;
+  const gate = new Promise((r) => (loadNow = r));
+  const slow = createAgentClient({ api: `${base}/v1/agents/assistant`, fold: gate.then(() => loadFold(readFileSync(wasm))) });
+  const s = slow.session(`t7-${process.pid}`);
+  opened.add(s);
+  assert.equal(s.hydrated, false);
+  assert.deepEqual(s.state.messages, [], "an empty state until the fold loads");
+  const sent = s.sendMessage("hello early");
+  loadNow();
+  const [ev] = await sent;
+  assert.equal(ev.type, "ai.control.requested");
+  await sent.confirmed;
+  const st = await s.waitFor((v) => idle(v) && v.messages.length === 2);
+  assert.equal(text(st.messages[0]), "hello early");
+});
+
+test("a session no one retains closes after gcTime; a retained one stays open", { timeout: 60000 }, async () => {
+  const c = createAgentClient({ api: `${base}/v1/agents/assistant`, fold: loadFold(readFileSync(wasm)), gcTime: 50 });
+  const kept = c.session(`t8a-${process.pid}`);
+  const dropped = c.session(`t8b-${process.pid}`);
+  opened.add(kept).add(dropped);
+  const keep = kept.retain();
+  const release = dropped.retain();
+  const second = dropped.retain();
+  release();
+  release(); // twice is once
+  await new Promise((r) => setTimeout(r, 150));
+  assert.equal(dropped.closed, false, "still retained once");
+  second();
+  for (let i = 0; i < 100 && !dropped.closed; i++) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(dropped.closed, true);
+  assert.equal(dropped.connection, "closed");
+  assert.equal(dropped.state.status, "idle", "a closed session's last state stays readable");
+  assert.equal(kept.closed, false);
+  assert.notEqual(c.session(`t8b-${process.pid}`), dropped, "a closed session is opened anew");
+  keep();
+});
