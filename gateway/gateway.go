@@ -89,10 +89,10 @@ type Options struct {
 	// Logger receives internal errors and recovered panics (default:
 	// discard).
 	Logger *slog.Logger
-	// Assets, when set, serves GET /fold.wasm, /wasm_exec.js and
-	// /client/: the fold's WebAssembly build and the JavaScript client,
-	// which a browser loads from the node (clients/assets,
-	// docs/clients.md).
+	// Assets, when set, serves GET /fold.wasm, /wasm_exec.js, /client/,
+	// / and /playground/: the fold's WebAssembly build, the JavaScript
+	// client and the playground, which a browser loads from the node
+	// (clients/assets, docs/clients.md).
 	Assets http.Handler
 	// ClusterStatus, when set (a cluster node), serves GET /v1/cluster:
 	// the node's view of the cluster as JSON (cluster.Status).
@@ -173,6 +173,8 @@ func New(router Router, opts Options) *Gateway {
 		mux.Handle("/fold.wasm", g.opts.Assets)
 		mux.Handle("/wasm_exec.js", g.opts.Assets)
 		mux.Handle("/client/", g.opts.Assets)
+		mux.Handle("/{$}", g.opts.Assets)
+		mux.Handle("/playground/", g.opts.Assets)
 	}
 	if g.opts.ClusterStatus != nil {
 		mux.Handle("/v1/cluster", methods{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {

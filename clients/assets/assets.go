@@ -33,6 +33,7 @@ import (
 	"time"
 
 	jsclient "github.com/a2-runtime/a2/clients/js"
+	"github.com/a2-runtime/a2/clients/playground"
 )
 
 // Options configure the assets.
@@ -187,12 +188,30 @@ func sourceVersion(root, goCmd string) (string, error) {
 
 // ServeHTTP serves GET and HEAD of /fold.wasm and /wasm_exec.js, waiting
 // for the module while it is made (up to the request's end; 503 when it
-// cannot be had, saying why), and of the JavaScript client's modules at
-// /client/ (clients/js/src).
+// cannot be had, saying why), of the JavaScript client's modules at
+// /client/ (clients/js/src), and of the playground: its page at / and its
+// script and style at /playground/ (clients/playground).
 func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	if r.URL.Path == "/" {
+		// The playground's page: it loads only this node's files.
+		w.Header().Set("Content-Security-Policy", PlaygroundCSP)
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		serveFile(w, r, playground.Files, "index.html", "text/html; charset=utf-8")
+		return
+	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/playground/"); ok {
+		types := map[string]string{"playground.js": "text/javascript; charset=utf-8", "playground.css": "text/css; charset=utf-8"}
+		if ct, ok := types[name]; ok {
+			serveFile(w, r, playground.Files, name, ct)
+		} else {
+			http.NotFound(w, r)
+		}
 		return
 	}
 	if name, ok := strings.CutPrefix(r.URL.Path, "/client/"); ok {
@@ -201,14 +220,7 @@ func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.NotFound(w, r)
 			return
 		}
-		b, err := fs.ReadFile(jsclient.Sources, "src/"+name)
-		if err != nil {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-cache")
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
+		serveFile(w, r, jsclient.Sources, "src/"+name, "text/javascript; charset=utf-8")
 		return
 	}
 	a.Start()
@@ -237,6 +249,24 @@ func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-cache")
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+}
+
+// PlaygroundCSP is the playground page's Content-Security-Policy: its
+// scripts, styles and requests go to this node only, and WebAssembly may
+// compile (the fold).
+const PlaygroundCSP = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// serveFile serves name of fsys, 404 when it is not there.
+func serveFile(w http.ResponseWriter, r *http.Request, fsys fs.FS, name, contentType string) {
+	b, err := fs.ReadFile(fsys, name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Cache-Control", "no-cache")
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
 }
 
 // embeddedFiles is the module and wasm_exec.js a build with the tag

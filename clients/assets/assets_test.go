@@ -113,3 +113,38 @@ func TestTheClientsModulesAreServed(t *testing.T) {
 		}
 	}
 }
+
+// The playground's page is served at / with a policy that keeps it to this
+// node, and its script and style at /playground/; anything else there is
+// 404, and only GET and HEAD are allowed.
+func TestThePlaygroundIsServed(t *testing.T) {
+	a := New(Options{CacheDir: t.TempDir(), Go: filepath.Join(t.TempDir(), "no-such-go")})
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		says, ct     string
+	}{
+		{http.MethodGet, "/", 200, `src="/playground/playground.js"`, "text/html; charset=utf-8"},
+		{http.MethodHead, "/", 200, "", "text/html; charset=utf-8"},
+		{http.MethodGet, "/playground/playground.js", 200, `from "/client/index.js"`, "text/javascript; charset=utf-8"},
+		{http.MethodGet, "/playground/playground.css", 200, "#messages", "text/css; charset=utf-8"},
+		{http.MethodGet, "/playground/index.html", 404, "", ""},
+		{http.MethodGet, "/playground/embed.go", 404, "", ""},
+		{http.MethodGet, "/playground/../assets.go", 404, "", ""},
+		{http.MethodGet, "/playground/", 404, "", ""},
+		{http.MethodPost, "/", 405, "", ""},
+		{http.MethodDelete, "/playground/playground.js", 405, "", ""},
+	} {
+		rec := httptest.NewRecorder()
+		a.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.says) {
+			t.Errorf("%s %s: %d (%d bytes), want %d saying %q", tc.method, tc.path, rec.Code, rec.Body.Len(), tc.code, tc.says)
+		}
+		if tc.ct != "" && rec.Header().Get("Content-Type") != tc.ct {
+			t.Errorf("%s: Content-Type %q, want %q", tc.path, rec.Header().Get("Content-Type"), tc.ct)
+		}
+		if tc.path == "/" && tc.code == 200 && rec.Header().Get("Content-Security-Policy") != PlaygroundCSP {
+			t.Errorf("/: Content-Security-Policy %q", rec.Header().Get("Content-Security-Policy"))
+		}
+	}
+}
