@@ -486,6 +486,9 @@ func printBanner(out io.Writer, base string, cfg config, p *providers.Set, agent
   memory: %s
   telemetry: %s
 
+Open the playground in a browser: %s/
+(open or start a session: send, steer, queue, pause, stop, approve, and its live log)
+
 Chat with it from another terminal:
   go run ./cmd/node chat --url %s
 
@@ -496,7 +499,7 @@ until the session is idle, in one request
     -d '{"events":[{"id":"'$id'","type":"ai.control.requested","payload":{"action":"send","message":{"id":"'$id'","role":"user","parts":[{"type":"text","text":"What time is it?"}]}}}]}'
 
 The API is documented in docs/http.md. Ctrl-C stops the node.
-`, base, strings.Join(agents, ", "), model, where, admin, users, memory, cfg.telemetry, base, sessions)
+`, base, strings.Join(agents, ", "), model, where, admin, users, memory, cfg.telemetry, base, base, sessions)
 }
 
 // nodeTools are the agent's tools: the demo tools, and in test mode

@@ -103,7 +103,7 @@ func TestGatewayBannerNamesNoModel(t *testing.T) {
 func TestNodeFirstConversation(t *testing.T) {
 	n := startNode(t, config{demoDelay: 0})
 	banner := n.out.String()
-	for _, want := range []string{n.url, "model:  demo", "curl -sN '" + n.url + "/v1/agents/assistant/sessions/hello/events?stream=1'", "go run ./cmd/node chat"} {
+	for _, want := range []string{n.url, "model:  demo", "Open the playground in a browser: " + n.url + "/\n", "curl -sN '" + n.url + "/v1/agents/assistant/sessions/hello/events?stream=1'", "go run ./cmd/node chat"} {
 		if !strings.Contains(banner, want) {
 			t.Fatalf("the banner lacks %q:\n%s", want, banner)
 		}
@@ -111,6 +111,11 @@ func TestNodeFirstConversation(t *testing.T) {
 	resp, err := http.Get(n.url + "/healthz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// The address it names serves the playground.
+	if resp, err = http.Get(n.url + "/"); err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /: %v %v", resp, err)
 	}
 	resp.Body.Close()
 
