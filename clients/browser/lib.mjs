@@ -44,9 +44,9 @@ export async function screenshot(page, name) {
   return file;
 }
 
-/** The node's state of a session of the assistant. */
-export async function serverState(id) {
-  const res = await fetch(`${base}/v1/agents/assistant/sessions/${encodeURIComponent(id)}/state`);
+/** The node's state of a session of an agent (the assistant by default). */
+export async function serverState(id, agent = "assistant") {
+  const res = await fetch(`${base}/v1/agents/${agent}/sessions/${encodeURIComponent(id)}/state`);
   assert.equal(res.status, 200, `GET state of ${id}`);
   return res.json();
 }
@@ -70,6 +70,7 @@ export function shown(state) {
     text: textOf(m.parts),
     steering: m.parts.filter((p) => p.type === "steering-message").map((p) => textOf(p.parts ?? [])),
     tools: m.parts.filter((p) => p.type === "dynamic-tool" || p.type.startsWith("tool-")).map((p) => `${p.toolCallId}:${p.state}`),
+    compaction: m.parts.filter((p) => p.type === "data-a2-compaction").map((p) => `${p.data?.status}:${p.data?.summary ?? ""}`),
   }));
 }
 
@@ -82,6 +83,7 @@ export function onPage(page) {
       text: [...a.querySelectorAll(":scope > .part-text")].map((e) => e.textContent).join(""),
       steering: [...a.querySelectorAll(":scope > .part-steering")].map((e) => e.textContent.replace(/^↪ /, "")),
       tools: [...a.querySelectorAll(":scope > .tool")].map((e) => `${e.getAttribute("data-tool-call")}:${e.getAttribute("data-state")}`),
+      compaction: [...a.querySelectorAll(":scope > .part-compaction")].map((e) => `${e.getAttribute("data-compaction")}:${e.querySelector(".summary")?.textContent ?? ""}`),
     })),
   );
 }
@@ -90,11 +92,11 @@ export function onPage(page) {
  * Waits until the page shows what the node's state holds, and returns
  * that state: the page and the server agree.
  */
-export async function agrees(page, id, cond = () => true, timeoutMs = 30000) {
+export async function agrees(page, id, cond = () => true, { timeoutMs = 30000, agent = "assistant" } = {}) {
   const deadline = Date.now() + timeoutMs;
   let last;
   for (;;) {
-    const server = await serverState(id);
+    const server = await serverState(id, agent);
     const pageShows = await onPage(page);
     last = { server: shown(server.state), page: pageShows, status: server.state.status };
     if (cond(server.state) && JSON.stringify(last.server) === JSON.stringify(last.page)) return server;

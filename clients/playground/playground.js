@@ -238,7 +238,12 @@ function drawPart(p) {
   if (p.type === "steering-message") return h("div", { class: "part-steering", "data-steering": p.id }, "↪ ", textOf(p));
   if (p.type === "data-a2-compaction") {
     const d = p.data ?? {};
-    return h("div", { class: "part-compaction", "data-compaction": d.status }, `Compaction ${d.status ?? ""}`, d.summary ? `: ${d.summary}` : "");
+    return h(
+      "div",
+      { class: "part-compaction", "data-compaction": d.status },
+      h("span", { class: "label" }, `Earlier conversation compacted (${d.status ?? "?"})`),
+      d.summary ? h("div", { class: "summary" }, d.summary) : null,
+    );
   }
   if (p.type === "step-start") return null;
   if (p.type === "file") return h("div", { class: "part-text" }, "📎 ", p.filename ?? p.mediaType ?? "file");

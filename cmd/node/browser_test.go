@@ -69,7 +69,8 @@ func TestThePlaygroundInABrowser(t *testing.T) {
 		t.Fatalf("building the React example (npm run build:example in clients/react): %v\n%s", err, out)
 	}
 
-	p := startNodeProcess(t, nodeBinary(t), "", filepath.Join(root, "clients/browser/script.json"), "--data", t.TempDir())
+	p := startNodeProcess(t, nodeBinary(t), "", filepath.Join(root, "clients/browser/script.json"), "--data", t.TempDir(),
+		"--config", filepath.Join(root, "clients/browser/agents.yaml"))
 	// The fold's module is made at the first request (from the build
 	// cache, or about 25 s on a cold one); wait for it here, not in a test.
 	getCtx, getCancel := context.WithTimeout(ctx, 4*time.Minute)

@@ -222,3 +222,23 @@ test("usable at 1280x800 and on a phone: nothing wider than the screen, the comp
   const s = await serverState(id);
   assert.equal(s.state.status, "awaiting-approval");
 });
+
+test("a long conversation compacts itself, and the page shows the compaction part with its summary", { timeout: 90000 }, async () => {
+  const id = `pw-compact-${run}`;
+  const page = await openPage(browser, `${base}/#/compactor/${id}`);
+  await page.locator("#connection", { hasText: "open" }).waitFor();
+  assert.equal(await page.inputValue("#agent"), "compactor");
+  let server;
+  for (let turn = 1; turn <= 8; turn++) {
+    await send(page, `hello number ${turn}, with enough words to make the prompt grow past the threshold`);
+    server = await agrees(page, id, (s) => idle(s) && s.messages.length === 2 * turn, { agent: "compactor" });
+    if (shown(server.state).some((m) => m.compaction.length > 0)) break;
+  }
+  const parts = shown(server.state).flatMap((m) => m.compaction);
+  assert.ok(parts.length > 0, `no compaction in 8 turns: ${JSON.stringify(shown(server.state))}`);
+  assert.ok(parts.every((c) => c.startsWith("completed:") && c.length > "completed:".length), `a completed compaction with its summary: ${parts}`);
+  await page.locator(".part-compaction").first().scrollIntoViewIfNeeded();
+  await screenshot(page, "compaction");
+  noErrors(page);
+  await page.context().close();
+});
