@@ -13,8 +13,9 @@
 // router read (single node against a cluster hop), the load generator's
 // load on a single node and on a cluster, the 3-step turn at 64 clients
 // over 1,000 sessions against a single node on Pebble, one on PostgreSQL
-// and a cluster of processes on PostgreSQL, and start-up with a million
-// idle sessions. Each row is a `go test -bench` run of the package that owns the
+// and a cluster of processes on PostgreSQL, the same turn on A2 and on
+// Restate (a durable-execution engine, from bench/peer's lockfile) in one
+// sitting, and start-up with a million idle sessions. Each row is a `go test -bench` run of the package that owns the
 // benchmark (docs/benchmarks.md describes each and keeps their figures);
 // bench/loadgen and bench/cmd/loadgen drive a running node or cluster over
 // HTTP.
@@ -71,6 +72,9 @@ var suite = []entry{
 		times: "6400x", quick: "1280x",
 		metrics: []string{"turns/s", "p50-ms", "p99-ms", "cpu-ms/turn", "node-cpu-ms/turn", "m1-cpu-ms/turn", "m2-cpu-ms/turn", "m3-cpu-ms/turn", "gateway-cpu-ms/turn",
 			"xact/turn", "pg-cpu-ms/turn", "client-cpu-ms/turn", "x-pebble-turns/s", "x-pebble-p50", "x-pebble-p99", "x-pebble-cpu"}},
+	{key: "peer", what: "the 3-step turn over HTTP, each turn one request, on A2 (a node on Pebble) and on Restate (its server and a Node.js service, from bench/peer's lockfile), alternating in one run: at 64 clients over 1,000 sessions, and the p50 at one client (x-: A2's over Restate's)", pkg: "./cmd/node", bench: "^BenchmarkPeerTurn$",
+		times: "6400x", quick: "1280x", quickEnv: []string{"A2_BENCH_PEER_ROUNDS=1"},
+		metrics: []string{"a2-turns/s", "restate-turns/s", "x-turns/s", "a2-p99-ms", "restate-p99-ms", "x-p99", "a2-cpu-ms/turn", "restate-cpu-ms/turn", "x-cpu", "a2-p50-1-ms", "restate-p50-1-ms", "x-p50-1"}},
 	{key: "failover", what: "SIGKILL of one of 3 members while 24 sessions stream a turn through the gateway: from the kill, the killed member's sessions' state read answering again and their streams' next event (worst and median), and every turn completed", pkg: "./cmd/node", bench: "^BenchmarkClusterFailover$",
 		times: "3x", quick: "1x", metrics: []string{"answer-max-ms", "answer-p50-ms", "stream-max-ms", "stream-p50-ms", "all-done-ms"}},
 	{key: "startup", what: "start-up with idle sessions and 100 with work (index of sessions with work)", pkg: "./actors", bench: "^BenchmarkStartupWithAMillionIdleSessions$",
