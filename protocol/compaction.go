@@ -67,17 +67,42 @@ func EstimateBytes(messages []TranscriptMessage, tools json.RawMessage, instruct
 // MessageBytes is one message's share of EstimateBytes: its serialized
 // size without provider metadata (0 for a message that does not
 // serialize).
+//
+// It is counted as it is encoded, not kept, and the parts are copied (to
+// leave their metadata out) only when a part has some: a step sizes every
+// new message of its prompt, and the copy of the parts and the encoded
+// bytes were half of what that allocated.
 func MessageBytes(m TranscriptMessage) int64 {
-	m.Parts = append([]Part(nil), m.Parts...)
-	for i := range m.Parts {
-		p := &m.Parts[i]
-		p.ProviderMetadata, p.CallProviderMetadata, p.ResultProviderMetadata = nil, nil, nil
+	if hasPartMetadata(m.Parts) {
+		m.Parts = append([]Part(nil), m.Parts...)
+		for i := range m.Parts {
+			p := &m.Parts[i]
+			p.ProviderMetadata, p.CallProviderMetadata, p.ResultProviderMetadata = nil, nil, nil
+		}
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
+	var n byteCount
+	if err := json.NewEncoder(&n).Encode(m); err != nil {
 		return 0
 	}
-	return int64(len(b))
+	return int64(n) - 1 // Encode ends the value with a newline
+}
+
+func hasPartMetadata(parts []Part) bool {
+	for i := range parts {
+		p := &parts[i]
+		if len(p.ProviderMetadata) > 0 || len(p.CallProviderMetadata) > 0 || len(p.ResultProviderMetadata) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// byteCount is a writer that counts what is written to it.
+type byteCount int64
+
+func (c *byteCount) Write(b []byte) (int, error) {
+	*c += byteCount(len(b))
+	return len(b), nil
 }
 
 // TokensOf is the uncalibrated estimate: bytes divided by four, rounded up.
