@@ -120,7 +120,10 @@ func simpleTurns(b *testing.B, fs vfs.FS, o Options) func(ctx context.Context, s
 // the blocks' CPU per turn, which keep the garbage collections (one every
 // block or two here) and drop the rare compactions; the means are
 // reported too. A2_BENCH_TELEMETRY_AA=on or =off runs both halves the same
-// way, to see the method's own error.
+// way, to see the method's own error. A2_BENCH_TELEMETRY_EXPORT=otlp
+// exports what the on half records through a node's own OTLP/HTTP
+// exporters to a receiver in another process (otlpsink_test.go), the
+// sampler as OTEL_TRACES_SAMPLER says (the SDK's default: every trace).
 func BenchmarkTelemetryCost(b *testing.B) {
 	for _, store := range []string{"memory", "disk"} {
 		b.Run("store="+store, func(b *testing.B) {
@@ -148,6 +151,12 @@ func BenchmarkTelemetryCost(b *testing.B) {
 			// A2_BENCH_TELEMETRY_PARTS=traces or =metrics turns on only
 			// that half, to see what each costs.
 			onT, onM := trace.TracerProvider(tp), metric.MeterProvider(mp)
+			// A2_BENCH_TELEMETRY_EXPORT=otlp exports for real instead: a
+			// node's OTLP/HTTP exporters (the sampler from
+			// OTEL_TRACES_SAMPLER) to a receiver in a process of its own.
+			if os.Getenv("A2_BENCH_TELEMETRY_EXPORT") == "otlp" {
+				onT, onM = exportingProviders(b, startOTLPSink(b))
+			}
 			switch os.Getenv("A2_BENCH_TELEMETRY_PARTS") {
 			case "traces":
 				onM = offM
