@@ -7,6 +7,7 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -165,6 +166,11 @@ type toolbox struct {
 	set    *tools.Set
 	policy protocol.Policy
 	work   protocol.WorkPolicy
+	// defs are the tools as a model step offers them, and defsBytes their
+	// JSON's size (the prompt's estimate counts it): made once per list,
+	// not per step.
+	defs      []harness.ToolDefinition
+	defsBytes int64
 }
 
 // toolbox is the agent's current tools. A caller that reads it more than
@@ -260,7 +266,13 @@ func (a *Agent) newToolbox(policy protocol.Policy, list []tools.Tool, strict boo
 		return nil, err
 	}
 	policy.ReportTools = report
-	return &toolbox{set: set, policy: policy,
+	var defs []harness.ToolDefinition
+	for _, name := range set.Names() {
+		t, _ := set.Get(name)
+		defs = append(defs, harness.ToolDefinition{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+	}
+	defsJSON, _ := json.Marshal(defs) // schemas NewSet parsed: they serialize
+	return &toolbox{set: set, policy: policy, defs: defs, defsBytes: int64(len(defsJSON)),
 		work: protocol.WorkPolicy{ToolLane: o.ToolLane, ReportTools: report,
 			// Model limits serve automatic compaction only, which a custom
 			// generate runs only when configured (R-GEN-30, R-META-07).

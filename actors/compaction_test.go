@@ -585,3 +585,46 @@ func TestPromptEstimateCountsTheSummary(t *testing.T) {
 		t.Fatalf("compacted %v, %d steps after it: the policy did not compact", compacted, after)
 	}
 }
+
+// A step's recorded inputBytes counts the tool definitions it offers, as
+// they serialize (R-COMPACT-19): an agent with a tool of a 6,000-byte
+// description records exactly their JSON's size more than the same agent
+// without it, for the same first step (mutant lanerun.go: the toolbox's
+// size left out).
+func TestPromptEstimateCountsTheTools(t *testing.T) {
+	tool := tools.Tool{Name: "lookup", Description: strings.Repeat("d", 6000), InputSchema: json.RawMessage(`{"type":"object"}`),
+		Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`"x"`), nil }}
+	inputBytes := func(with bool) int64 {
+		f := newFixture(t, `{"default":{"text":"ok"}}`, func(a *AgentOptions) {
+			if with {
+				a.Tools = []tools.Tool{tool}
+			}
+		})
+		f.push("s1", protocol.Inputs.Text("m1", "hi"))
+		f.waitFor("s1", "the turn done", func(s *protocol.AIState) bool { return idle(s) && len(s.Messages) == 2 })
+		evs, err := f.store.Read(context.Background(), "s1", 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == protocol.TypeGenerationCompleted {
+				var c protocol.GenerationCompleted
+				if err := json.Unmarshal(ev.Payload, &c); err != nil {
+					t.Fatal(err)
+				}
+				return c.InputBytes
+			}
+		}
+		t.Fatal("no completed generation")
+		return 0
+	}
+	defs, err := json.Marshal([]harness.ToolDefinition{{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, with := inputBytes(false), inputBytes(true)
+	// Without tools the definitions serialize as null.
+	if got, want := with-without, int64(len(defs)-len("null")); got != want {
+		t.Fatalf("inputBytes %d with the tool, %d without: %d more, want the definitions' %d bytes", with, without, got, want)
+	}
+}

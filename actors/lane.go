@@ -223,8 +223,9 @@ func (s *sessionActor) startLane(w protocol.Work) {
 	// left out, so a step costs no copy of the whole history (a resolver
 	// that reads the whole state asks the actor: frontier.State).
 	snap := s.state.AI.StepCopy()
+	box := s.agent.toolbox()
 	in := laneInput{
-		tools: s.agent.toolbox().set,
+		tools: box.set, toolDefs: box.defs, toolBytes: box.defsBytes,
 		agent: s.agent, session: s.id, gen: gen,
 		request:  protocol.Event{ID: w.RequestID, Type: protocol.TypeGenerationRequested, Session: s.id},
 		response: w.ResponseMessageID,

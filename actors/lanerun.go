@@ -32,6 +32,10 @@ type laneInput struct {
 	// tools are the agent's tools when the step started: the step offers
 	// and checks these, whatever SetTools does meanwhile.
 	tools    *tools.Set
+	// toolDefs are those tools as the step offers them, and toolBytes
+	// their JSON's size (the toolbox's, made once per list).
+	toolDefs  []harness.ToolDefinition
+	toolBytes int64
 	session  string
 	gen      string
 	request  protocol.Event
@@ -153,16 +157,10 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	}
 	req := harness.Request{Model: settings.Model, System: instructions, Settings: gs,
 		Headers: harness.RequestHeaders(nil, gs), SessionID: in.session, GenerationID: in.gen}
-	for _, name := range in.tools.Names() {
-		t, _ := in.tools.Get(name)
-		schema := t.InputSchema
-		if len(schema) == 0 {
-			schema = json.RawMessage(`{"type":"object"}`)
-		}
-		req.Tools = append(req.Tools, harness.ToolDefinition{Name: t.Name, Description: t.Description, InputSchema: schema})
-	}
+	// The toolbox's definitions, shared by the steps that offer them: the
+	// capacity is the length, so a provider that appends copies first.
+	req.Tools = in.toolDefs[:len(in.toolDefs):len(in.toolDefs)]
 	messages := in.messages
-	toolsJSON, _ := json.Marshal(req.Tools)
 	prompt := func() (int64, error) {
 		// The same as ConvertToModelMessages and EstimateBytes of the
 		// model context, with what the settled messages contribute kept
@@ -177,7 +175,7 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 			msgs = append(sm, msgs...)
 		}
 		req.Messages = msgs
-		return bytes + int64(len(toolsJSON)) + int64(len(instructions)) + int64(len(summary)), nil
+		return bytes + in.toolBytes + int64(len(instructions)) + int64(len(summary)), nil
 	}
 	bytes, err := prompt()
 	if err != nil {
