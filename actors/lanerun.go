@@ -31,17 +31,17 @@ type laneInput struct {
 	agent *Agent
 	// tools are the agent's tools when the step started: the step offers
 	// and checks these, whatever SetTools does meanwhile.
-	tools    *tools.Set
+	tools *tools.Set
 	// toolDefs are those tools as the step offers them, and toolBytes
 	// their JSON's size (the toolbox's, made once per list).
 	toolDefs  []harness.ToolDefinition
 	toolBytes int64
-	session  string
-	gen      string
-	request  protocol.Event
-	response string
-	messages []protocol.TranscriptMessage
-	app      any
+	session   string
+	gen       string
+	request   protocol.Event
+	response  string
+	messages  []protocol.TranscriptMessage
+	app       any
 	// ai is a copy of the state at the step's start, for the compaction
 	// decision (calibration, model limits, unsettled tool work), and index
 	// the log index it folds.
