@@ -74,7 +74,7 @@ var suite = []entry{
 			"xact/turn", "pg-cpu-ms/turn", "client-cpu-ms/turn", "x-pebble-turns/s", "x-pebble-p50", "x-pebble-p99", "x-pebble-cpu"}},
 	{key: "peer", what: "the 3-step turn over HTTP, each turn one request, on A2 (a node on Pebble) and on Restate (its server and a Node.js service, from bench/peer's lockfile), alternating in one run: at 64 clients over 1,000 sessions, and the p50 at one client (x-: A2's over Restate's)", pkg: "./cmd/node", bench: "^BenchmarkPeerTurn$",
 		times: "6400x", quick: "1280x", quickEnv: []string{"A2_BENCH_PEER_ROUNDS=1"},
-		metrics: []string{"a2-turns/s", "restate-turns/s", "x-turns/s", "a2-p99-ms", "restate-p99-ms", "x-p99", "a2-cpu-ms/turn", "restate-cpu-ms/turn", "x-cpu", "a2-p50-1-ms", "restate-p50-1-ms", "x-p50-1"}},
+		metrics: []string{"a2-turns/s", "restate-turns/s", "x-turns/s", "x-turns/s-min", "x-turns/s-max", "a2-p99-ms", "restate-p99-ms", "x-p99", "a2-cpu-ms/turn", "restate-cpu-ms/turn", "x-cpu", "a2-p50-1-ms", "restate-p50-1-ms", "x-p50-1"}},
 	{key: "failover", what: "SIGKILL of one of 3 members while 24 sessions stream a turn through the gateway: from the kill, the killed member's sessions' state read answering again and their streams' next event (worst and median), and every turn completed", pkg: "./cmd/node", bench: "^BenchmarkClusterFailover$",
 		times: "3x", quick: "1x", metrics: []string{"answer-max-ms", "answer-p50-ms", "stream-max-ms", "stream-p50-ms", "all-done-ms"}},
 	{key: "startup", what: "start-up with idle sessions and 100 with work (index of sessions with work)", pkg: "./actors", bench: "^BenchmarkStartupWithAMillionIdleSessions$",
