@@ -1,7 +1,8 @@
 // Package assets serves what a browser client of A2 loads from a node: the
 // fold's WebAssembly build (clients/wasm, GET /fold.wasm), Go's
-// wasm_exec.js, which runs it (GET /wasm_exec.js), and the JavaScript
-// client's modules (clients/js, GET /client/index.js). docs/clients.md.
+// wasm_exec.js, which runs it (GET /wasm_exec.js), the JavaScript
+// client's modules (clients/js, GET /client/index.js), and the playground
+// (clients/playground, GET / and /playground/). docs/clients.md.
 //
 // A binary built with the tag a2embed carries both (go generate
 // ./clients/assets writes them first). Any other build makes them from
@@ -47,7 +48,8 @@ type Options struct {
 	Go string
 }
 
-// Assets serves the fold's module and wasm_exec.js.
+// Assets serves the fold's module, wasm_exec.js, the client's modules and
+// the playground.
 type Assets struct {
 	o    Options
 	once sync.Once
