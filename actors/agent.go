@@ -106,6 +106,18 @@ type MetadataContext struct {
 	TotalUsage *protocol.Usage
 }
 
+// readsTranscript reports whether a function of the agent's reads a
+// model step's typed messages (ResolverContext.Messages, and
+// GenerateContext's and CompactionContext's): a model, instructions,
+// generation or compaction resolver, a custom generate or compaction
+// policy, MessageMetadata. Only then does a step copy its model context
+// (stepPrompt); without them its Messages are nil, which nothing reads.
+func (a *Agent) readsTranscript() bool {
+	o, h := &a.opts, &a.opts.Harness
+	return o.Model.Resolves() || o.Instructions.Resolves() || h.GenerationFunc != nil || h.CompactionFunc != nil ||
+		h.CustomCompaction != nil || h.Generate != nil || h.MessageMetadata != nil
+}
+
 // compacts reports whether the agent's sessions compact: under A2's own
 // harness, and under a loop harness (Pi's), whose own compaction A2 could
 // not record, by default; under a custom Generate only when compaction is

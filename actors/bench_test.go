@@ -78,7 +78,7 @@ func simpleTurns(b *testing.B, fs vfs.FS, o Options) func(ctx context.Context, s
 	}
 	cs := &countingStore{Store: st, countOnly: true}
 	sc, _ := script.Parse([]byte(`{"default":{"text":"a short answer of a few words"}}`))
-	model := script.New(sc)
+	model := script.New(sc).StopRecording()
 	a, _ := NewAgent(AgentOptions{Name: "assistant", Model: harness.ModelID("script"), Models: func(string) (harness.Model, error) { return model, nil }})
 	rt, _ := New(cs, []*Agent{a}, o)
 	b.Cleanup(func() { rt.Close(); _ = st.Close() })
@@ -289,7 +289,7 @@ func BenchmarkToolTurnHistory(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			model := script.New(sc)
+			model := script.New(sc).StopRecording()
 			lookup := tools.Tool{Name: "lookup", Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
 				return json.RawMessage(`{"forecast":"sunny","high":24}`), nil
 			}}

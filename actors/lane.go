@@ -216,34 +216,56 @@ func (s *sessionActor) startLane(w protocol.Work) {
 	gen := protocol.GenerationIDFor(w.RequestID, attempt)
 	l := &lane{gen: gen, request: w.RequestID, attempt: attempt, began: time.Now()}
 	l.span = s.generationSpan(w, l)
-	// The step's frontier: a copy of the state that the actor's later folds
-	// do not touch. StepCopy copies the parts of the active response only,
-	// the one message folds change in place; the rest of the transcript is
-	// shared, read-only, and the maps that grow with the conversation are
-	// left out, so a step costs no copy of the whole history (a resolver
-	// that reads the whole state asks the actor: frontier.State).
-	snap := s.state.AI.StepCopy()
+	// The step's frontier: a copy of what the step reads of the state that
+	// the actor's later folds do not touch (StepCopy leaves out the
+	// transcript and the maps that grow with the conversation; a resolver
+	// that reads the whole state asks the actor: frontier.State), and the
+	// prompt, which the actor makes from its own state now (stepPrompt).
+	// A step so costs what changed since the step before, not a copy of
+	// the whole history.
 	box := s.agent.toolbox()
 	in := laneInput{
 		tools: box.set, toolDefs: box.defs, toolBytes: box.defsBytes,
 		agent: s.agent, session: s.id, gen: gen,
 		request:  protocol.Event{ID: w.RequestID, Type: protocol.TypeGenerationRequested, Session: s.id},
 		response: w.ResponseMessageID,
-		messages: snap.Messages,
 		app:      s.state.App,
-		ai:       snap,
+		ai:       s.state.AI.StepCopy(),
 		index:    s.index,
 		store:    s.store,
 		span:     l.span,
-		prompts:  &s.prompts,
 		logger:   s.rt.opts.Logger,
 	}
+	s.stepPrompt(&in)
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }, stopCause: s.childStopCause}
 	}, actor.WithDispatcher(s.rt.dispatcher))
 	l.pid = s.ctx.Spawn(props)
 	s.rt.opts.Logger.DebugContext(spanContext(l.span), "lane started", "session", s.id, "request", w.RequestID, "generation", gen, "attempt", attempt)
 	s.lanes[gen] = l
+}
+
+// stepPrompt makes a step's prompt from the actor's state at the step's
+// start, its frontier: the model context (summary and what follows it),
+// its model messages and their size (the session's harness.PromptCache,
+// which converts and measures only what changed since the last step and
+// lends the prompt to the step until it ends), what defers a compaction
+// (protocol.DeferralCache, which also looks at what changed only),
+// and, for an agent whose functions read them, the typed messages of the
+// model context, copied (protocol.StepMessages). An agent without such
+// functions takes no copy of its transcript.
+func (s *sessionActor) stepPrompt(in *laneInput) {
+	ai := s.state.AI
+	settled := func(id string) bool { return !ai.IsActiveResponse(id) }
+	summary, after := s.prompts.ModelContext(ai.Messages, settled)
+	in.summary = summary
+	in.prompt, in.promptBytes, in.release, in.promptErr = s.prompts.Prompt(after, settled)
+	if in.agent.readsTranscript() {
+		in.context = contextMessages(in.gen, summary, protocol.StepMessages(ai, after))
+	}
+	if in.agent.opts.Harness.compacts() {
+		in.deferral = s.deferrals.Deferral(ai, false)
+	}
 }
 
 // onLane handles what a lane reports.

@@ -40,21 +40,33 @@ type laneInput struct {
 	gen       string
 	request   protocol.Event
 	response  string
-	messages  []protocol.TranscriptMessage
 	app       any
 	// ai is a copy of the state at the step's start, for the compaction
 	// decision (calibration, model limits, unsettled tool work), and index
 	// the log index it folds.
 	ai    *protocol.AIState
 	index uint64
+	// The step's prompt, made by the session actor at its start
+	// (stepPrompt): the model context's summary, the model messages of
+	// what follows it and their protocol.MessageBytes, or the error of
+	// their conversion. The messages are lent: release, when the step has
+	// ended, gives them back to the session's cache.
+	summary     string
+	prompt      []harness.ModelMessage
+	promptBytes int64
+	promptErr   error
+	release     func()
+	// context is the typed model context (contextMessages), for an agent
+	// whose functions read it (Agent.readsTranscript); nil otherwise.
+	context []protocol.TranscriptMessage
+	// deferral is what defers a compaction at the step's start
+	// (protocol.CompactionDeferral), for an agent that compacts.
+	deferral string
 	// store serves reads through other reducers (frontier.Reducer).
 	store persistence.Store
 	// span is the attempt's span, the parent of its model calls (nil
 	// without a trace).
 	span trace.Span
-	// prompts is the session's cache of its settled messages' share of a
-	// prompt (harness.PromptCache).
-	prompts *harness.PromptCache
 	// logger gets a panic's stack.
 	logger *slog.Logger
 }
@@ -69,13 +81,9 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	if in.span != nil {
 		ctx = trace.ContextWithSpan(ctx, in.span)
 	}
+	defer in.release() // the step reads its prompt no more
 	// Callbacks see the prompt messages, already compacted (R-GEN-12).
-	settled := func(id string) bool { return !in.ai.IsActiveResponse(id) }
-	modelContext := func(m []protocol.TranscriptMessage) (string, []protocol.TranscriptMessage) {
-		return in.prompts.ModelContext(m, settled)
-	}
-	summary, after := modelContext(in.messages)
-	rc := harness.ResolverContext{Event: in.request, Messages: contextMessages(in.gen, summary, after), State: in.app}
+	rc := harness.ResolverContext{Event: in.request, Messages: in.context, State: in.app}
 	if in.ai != nil {
 		rc.Session = frontier{index: in.index, store: in.store, session: in.session, contract: in.agent.contract, ask: send}
 	}
@@ -160,28 +168,22 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	// The toolbox's definitions, shared by the steps that offer them: the
 	// capacity is the length, so a provider that appends copies first.
 	req.Tools = in.toolDefs[:len(in.toolDefs):len(in.toolDefs)]
-	messages := in.messages
-	prompt := func() (int64, error) {
-		// The same as ConvertToModelMessages and EstimateBytes of the
-		// model context, with what the settled messages contribute kept
-		// from the session's earlier steps.
-		summary, after := modelContext(messages)
-		msgs, bytes, err := in.prompts.Prompt(after, settled)
-		if err != nil {
-			return 0, err
-		}
+	// The prompt: the same as ConvertToModelMessages and EstimateBytes of
+	// the model context, made by the session actor (stepPrompt), with the
+	// summary, when there is one, as its first message.
+	prompt := func(summary string, msgs []harness.ModelMessage, bytes int64) int64 {
 		if summary != "" {
 			sm, _ := harness.ConvertToModelMessages([]protocol.TranscriptMessage{protocol.SummaryMessage(in.gen, summary)})
 			msgs = append(sm, msgs...)
 		}
 		req.Messages = msgs
-		return bytes + in.toolBytes + int64(len(instructions)) + int64(len(summary)), nil
+		return bytes + in.toolBytes + int64(len(instructions)) + int64(len(summary))
 	}
-	bytes, err := prompt()
-	if err != nil {
-		end(&laneEnd{gen: in.gen, failure: err.Error()})
+	if in.promptErr != nil {
+		end(&laneEnd{gen: in.gen, failure: in.promptErr.Error()})
 		return
 	}
+	bytes := prompt(in.summary, in.prompt, in.promptBytes)
 	// Compaction before the step (R-COMPACT-02): when the calibrated
 	// estimate crosses the threshold and nothing defers it, one summary
 	// request to the same model; the step then sees the summary and what
@@ -202,20 +204,15 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 		end(&laneEnd{gen: in.gen, failure: timedOut(err).Error()})
 		return
 	} else if ok {
-		part := protocol.Part{Type: protocol.PartCompaction, ID: in.gen,
-			Data: mustJSON(protocol.CompactionData{Status: protocol.CompactionStatusCompleted, Summary: summary})}
-		last := append([]protocol.TranscriptMessage(nil), messages...)
-		last = append(last, protocol.TranscriptMessage{ID: "compacted", Role: protocol.RoleAssistant, Parts: []protocol.Part{part}})
-		messages = last
-		if bytes, err = prompt(); err != nil {
-			end(&laneEnd{gen: in.gen, failure: err.Error()})
-			return
+		// The compaction part ends the transcript: the model context is
+		// its summary alone.
+		bytes = prompt(summary, nil, 0)
+		if in.agent.readsTranscript() {
+			rc.Messages = contextMessages(in.gen, summary, nil) // this step's compaction included (R-GEN-29)
 		}
 	}
 	gc := GenerateContext{ResolverContext: rc, GenerationID: in.gen, ModelMessages: req.Messages,
 		Model: settings, Instructions: instructions, Tools: req.Tools, Generation: gs}
-	summary, after = modelContext(messages)
-	gc.Messages = contextMessages(in.gen, summary, after) // this step's compaction included (R-GEN-29)
 	metadata := a.Harness.MessageMetadata
 	var stream harness.Stream
 	stepCtx, call := startModelCall(stepCtx, settings.Model, in.session)
@@ -287,15 +284,9 @@ func runLane(ctx context.Context, in laneInput, send func(any)) {
 	end(result)
 }
 
-// promptMessages is the typed model context of a step: after the latest
+// contextMessages is the typed model context of a step: after the latest
 // completed compaction, its summary (as a message) and what follows it;
 // without one, every message (R-GEN-12, R-COMPACT-03).
-func promptMessages(gen string, messages []protocol.TranscriptMessage) []protocol.TranscriptMessage {
-	summary, after := protocol.ModelContext(messages)
-	return contextMessages(gen, summary, after)
-}
-
-// contextMessages is promptMessages of a model context already found.
 func contextMessages(gen string, summary string, after []protocol.TranscriptMessage) []protocol.TranscriptMessage {
 	if summary == "" {
 		return after
@@ -450,7 +441,7 @@ func compact(ctx context.Context, in laneInput, model harness.Model, req harness
 		threshold = protocol.DefaultThreshold(md.ContextWindow, maxOut)
 	}
 	tokens := protocol.CalibratedTokens(bytes, modelID, in.ai.Calibration)
-	d := protocol.ShouldCompact(in.ai, tokens, threshold, false)
+	d := protocol.CompactionDecide(tokens, threshold, in.deferral)
 	if !d.Compact {
 		return "", false, nil
 	}
@@ -520,10 +511,10 @@ func compact(ctx context.Context, in laneInput, model harness.Model, req harness
 // summary included, and Compact's summary is recorded like an automatic
 // one. An empty summary fails the generation (R-COMPACT-08).
 func compactCustom(ctx context.Context, in laneInput, req harness.Request, modelID string, bytes int64, send func(any), rc harness.ResolverContext, policy *CustomCompaction) (string, bool, error) {
-	if protocol.CompactionDeferral(in.ai, false) != "" {
+	if in.deferral != "" {
 		return "", false, nil
 	}
-	typed := promptMessages(in.gen, in.messages)
+	typed := in.context
 	tokens := protocol.CalibratedTokens(bytes, modelID, in.ai.Calibration)
 	cc := CompactionContext{SessionID: in.session, GenerationID: in.gen, Model: modelID, Messages: typed,
 		ModelMessages: req.Messages, InputTokens: tokens, State: rc.State}

@@ -54,8 +54,10 @@ type sessionActor struct {
 	idleWaiters []*actor.PID
 	lanes       map[string]*lane
 	// prompts keeps the settled messages' share of each step's prompt,
-	// for the lanes (in memory only: a new activation starts empty).
+	// and deferrals what they say of a compaction's deferral, for the
+	// lanes (in memory only: a new activation starts empty).
 	prompts     harness.PromptCache
+	deferrals   protocol.DeferralCache
 	toolRuns    map[string]*toolRun
 	lastWrite   time.Time
 	tickPending bool

@@ -46,6 +46,9 @@ type Request struct {
 	// System is the system prompt (the resolved instructions).
 	System string
 	// Messages is the prompt (ConvertToModelMessages of the model context).
+	// A model reads it while its stream is open and keeps no reference
+	// after the stream closes: the memory is the session's prompt cache's,
+	// lent to the step (PromptCache.Prompt). Nor may it change it.
 	Messages []ModelMessage
 	// Tools are the tool definitions the model may call; A2 runs them.
 	Tools []ToolDefinition

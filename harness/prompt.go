@@ -22,10 +22,20 @@ type PromptCache struct {
 	// flat holds the model messages of the cache's first len(ends) slots,
 	// all settled, one after the other: slot i's end in flat at ends[i],
 	// and the sum of the slots' bytes through slot i at sums[i]. A prompt
-	// copies it in one piece, then adds the rest.
+	// is flat with the other slots' messages written after it, in flat's
+	// spare capacity (then lent: see Prompt), or in a copy.
 	flat []ModelMessage
 	ends []int
 	sums []int64
+	// valid is how many of the first slots flat still holds as the cache
+	// does: an Update while a prompt is lent may change slots flat keeps,
+	// which the next prompt made in place then cuts.
+	valid int
+	// used is the end of the last prompt written in flat's capacity; lent
+	// says its caller holds it still, and lease names that prompt.
+	used  int
+	lent  bool
+	lease uint64
 }
 
 // ModelContext returns protocol.ModelContext(messages), looking only at
@@ -50,27 +60,59 @@ func sharePrompt(m *protocol.TranscriptMessage) (promptShare, error) {
 	return promptShare{bytes: protocol.MessageBytes(*m), msgs: msgs}, nil
 }
 
+func noRelease() {}
+
 // Prompt returns the model messages of messages and the sum of their
 // protocol.MessageBytes: the same as ConvertToModelMessages(messages) and
 // the messages' part of protocol.EstimateBytes. settled says whether a
 // message may be kept (false for the active response, which later folds
 // change). The model messages of settled messages are shared with later
 // prompts: a provider must not change them.
-func (c *PromptCache) Prompt(messages []protocol.TranscriptMessage, settled func(id string) bool) ([]ModelMessage, int64, error) {
+//
+// The prompt is lent: it shares the cache's memory, which no later Prompt
+// writes until the caller calls release (once, when the step that reads
+// the prompt has ended). A Prompt while one is lent makes a copy. So a
+// step costs what changed since the step before, not a copy of the whole
+// conversation. release is never nil.
+func (c *PromptCache) Prompt(messages []protocol.TranscriptMessage, settled func(id string) bool) (_ []ModelMessage, _ int64, release func(), _ error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.cache.Update(messages, settled, sharePrompt)
-	// What flat holds of slots the update changed (or dropped on an error)
-	// goes.
-	keep := min(len(c.ends), c.cache.Stable(), c.cache.Len())
+	c.valid = min(c.valid, c.cache.Stable(), c.cache.Len())
+	keep := min(len(c.ends), c.valid)
 	end, total := 0, int64(0)
 	if keep > 0 {
 		end, total = c.ends[keep-1], c.sums[keep-1]
 	}
-	clear(c.flat[end:]) // no references kept past the end
-	c.flat, c.ends, c.sums = c.flat[:end], c.ends[:keep], c.sums[:keep]
+	if c.lent {
+		// flat is read by the lent prompt: copy what it holds of the
+		// valid slots, then the rest.
+		if err != nil {
+			return nil, 0, noRelease, err
+		}
+		count := end
+		for i := keep; i < c.cache.Len(); i++ {
+			s := c.cache.At(i)
+			total += s.bytes
+			count += len(s.msgs)
+		}
+		if count == 0 {
+			return nil, total, noRelease, nil
+		}
+		out := make([]ModelMessage, end, count)
+		copy(out, c.flat[:end])
+		for i := keep; i < c.cache.Len(); i++ {
+			out = append(out, c.cache.At(i).msgs...)
+		}
+		return out, total, noRelease, nil
+	}
+	// What flat holds past the valid slots, and the last prompt's tail,
+	// goes: no references are kept past the end.
+	clear(c.flat[end:max(c.used, len(c.flat))])
+	c.flat, c.ends, c.sums, c.used = c.flat[:end], c.ends[:keep], c.sums[:keep], end
 	if err != nil {
-		return nil, 0, err
+		c.valid = keep
+		return nil, 0, noRelease, err
 	}
 	for i := keep; i < c.cache.Len() && c.cache.Settled(i); i++ {
 		s := c.cache.At(i)
@@ -78,19 +120,28 @@ func (c *PromptCache) Prompt(messages []protocol.TranscriptMessage, settled func
 		total += s.bytes
 		c.ends, c.sums = append(c.ends, len(c.flat)), append(c.sums, total)
 	}
-	count := len(c.flat)
+	c.valid = len(c.ends)
+	out := c.flat
 	for i := len(c.ends); i < c.cache.Len(); i++ {
 		s := c.cache.At(i)
 		total += s.bytes
-		count += len(s.msgs)
+		out = append(out, s.msgs...)
 	}
-	if count == 0 {
-		return nil, total, nil
+	if len(out) == 0 {
+		return nil, total, noRelease, nil
 	}
-	out := make([]ModelMessage, len(c.flat), count)
-	copy(out, c.flat)
-	for i := len(c.ends); i < c.cache.Len(); i++ {
-		out = append(out, c.cache.At(i).msgs...)
+	if len(out) > cap(c.flat) {
+		// The tail did not fit: out is a copy of its own.
+		return out[:len(out):len(out)], total, noRelease, nil
 	}
-	return out, total, nil
+	c.used, c.lent = len(out), true
+	c.lease++
+	lease := c.lease
+	return out[:len(out):len(out)], total, func() {
+		c.mu.Lock()
+		if c.lease == lease {
+			c.lent = false
+		}
+		c.mu.Unlock()
+	}, nil
 }

@@ -28,10 +28,11 @@ func TestPromptCacheEqualsTheWholeComputation(t *testing.T) {
 				view[i].Parts = append([]protocol.Part(nil), view[i].Parts...)
 			}
 		}
-		got, bytes, err := c.Prompt(view, settled)
+		got, bytes, release, err := c.Prompt(view, settled)
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
+		defer release() // the step has ended
 		want, err := ConvertToModelMessages(view)
 		if err != nil {
 			t.Fatal(err)
@@ -82,9 +83,65 @@ func TestPromptCacheEqualsTheWholeComputation(t *testing.T) {
 	// A message the conversion refuses fails the prompt, and the next
 	// prompt without it is whole again.
 	transcript = append(transcript, protocol.TranscriptMessage{ID: "bad", Role: "robot", Parts: []protocol.Part{{Type: protocol.PartText, Text: "?"}}})
-	if _, _, err := c.Prompt(transcript, settled); !errors.Is(err, ErrUnsupportedRole) {
+	if _, _, _, err := c.Prompt(transcript, settled); !errors.Is(err, ErrUnsupportedRole) {
 		t.Fatalf("a message of role robot: %v, want ErrUnsupportedRole", err)
 	}
 	transcript = transcript[:len(transcript)-1]
 	check("after the refused message")
+}
+
+// A prompt is lent to its step: a later prompt while it is held is a copy
+// and changes nothing the step reads, even where the conversation moved
+// on; once released, the next prompt is made in the same memory, so a
+// step costs no copy of the history.
+func TestAPromptIsLentUntilReleased(t *testing.T) {
+	var c PromptCache
+	var transcript []protocol.TranscriptMessage
+	for i := 0; i < 40; i++ {
+		role := protocol.RoleUser
+		if i%2 == 1 {
+			role = protocol.RoleAssistant
+		}
+		transcript = append(transcript, protocol.TranscriptMessage{ID: "m" + strconv.Itoa(i), Role: role,
+			Parts: []protocol.Part{{Type: protocol.PartText, Text: "text " + strconv.Itoa(i)}}})
+	}
+	active := "m39"
+	settled := func(id string) bool { return id != active }
+	prompt := func(step string) ([]ModelMessage, func()) {
+		t.Helper()
+		got, _, release, err := c.Prompt(transcript, settled)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		want, err := ConvertToModelMessages(transcript)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the prompt differs from the whole computation", step)
+		}
+		return got, release
+	}
+	first, release1 := prompt("first")
+	held, _ := json.Marshal(first)
+	// The conversation moves on while the first step still reads its
+	// prompt: the response settles and two messages follow, one active.
+	active = "m41"
+	transcript = append(transcript, protocol.TranscriptMessage{ID: "m40", Role: protocol.RoleUser, Parts: []protocol.Part{{Type: protocol.PartText, Text: "next"}}},
+		protocol.TranscriptMessage{ID: "m41", Role: protocol.RoleAssistant, Parts: []protocol.Part{{Type: protocol.PartText, Text: "answer"}}})
+	second, release2 := prompt("while the first is held")
+	if now, _ := json.Marshal(first); string(now) != string(held) {
+		t.Fatalf("a prompt made while the first was held changed it:\n%s\n->\n%s", held, now)
+	}
+	if &second[0] == &first[0] {
+		t.Fatal("a prompt made while the first was held shares its memory")
+	}
+	release2() // a copy's release changes nothing
+	release1()
+	release1() // twice is harmless
+	third, release3 := prompt("after the release")
+	defer release3()
+	if &third[0] != &first[0] {
+		t.Fatal("the prompt after the release was copied: it does not reuse the cache's memory")
+	}
 }

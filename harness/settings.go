@@ -64,8 +64,10 @@ func contains(list []string, s string) bool {
 // argument (R-GEN-14); the abort signal is the context passed beside it.
 type ResolverContext struct {
 	Event protocol.Event
-	// Messages are read-only: their parts are shared with the session's
-	// state (protocol.AIState.StepCopy), which a change would corrupt.
+	// Messages are the step's typed model context, copied when the step
+	// starts for an agent with a function that reads them (nil otherwise).
+	// They are read-only: their parts are shared with the session's state
+	// (protocol.StepMessages), which a change would corrupt.
 	Messages []protocol.TranscriptMessage
 	State    any
 	Session  SessionReader
@@ -101,6 +103,10 @@ func ModelFunc(f func(context.Context, ResolverContext) (ModelSettings, error)) 
 
 // IsZero reports whether o names no model (neither an ID nor a resolver).
 func (o ModelOption) IsZero() bool { return o.static == nil && o.resolve == nil }
+
+// Resolves reports whether o is a resolver, which reads the step's
+// ResolverContext.
+func (o ModelOption) Resolves() bool { return o.resolve != nil }
 
 // Validate checks a static model at construction (R-GEN-20).
 func (o ModelOption) Validate() error {
@@ -147,6 +153,10 @@ func Instructions(s string) InstructionsOption { return InstructionsOption{stati
 func InstructionsFunc(f func(context.Context, ResolverContext) (string, error)) InstructionsOption {
 	return InstructionsOption{resolve: f}
 }
+
+// Resolves reports whether o is a resolver, which reads the step's
+// ResolverContext.
+func (o InstructionsOption) Resolves() bool { return o.resolve != nil }
 
 // Resolve returns the instructions of one step.
 func (o InstructionsOption) Resolve(ctx context.Context, rc ResolverContext) (string, error) {

@@ -147,11 +147,21 @@ type CompactionDecision struct {
 // while A2-owned tool work of any turn has not settled (including stopped
 // or superseded turns), and while dead-lettered tool work awaits repair.
 func ShouldCompact(s *AIState, inputTokens, threshold int64, deadLettered bool) CompactionDecision {
+	if threshold <= 0 || inputTokens <= threshold {
+		return CompactionDecision{InputTokens: inputTokens, ThresholdTokens: threshold}
+	}
+	return CompactionDecide(inputTokens, threshold, CompactionDeferral(s, deadLettered))
+}
+
+// CompactionDecide is ShouldCompact with what defers a compaction already
+// known (CompactionDeferral, "" for nothing): a model step has it from the
+// state at its start.
+func CompactionDecide(inputTokens, threshold int64, deferral string) CompactionDecision {
 	d := CompactionDecision{InputTokens: inputTokens, ThresholdTokens: threshold}
 	if threshold <= 0 || inputTokens <= threshold {
 		return d
 	}
-	d.Deferred = CompactionDeferral(s, deadLettered)
+	d.Deferred = deferral
 	d.Compact = d.Deferred == ""
 	return d
 }
@@ -174,32 +184,78 @@ func CompactionDeferral(s *AIState, deadLettered bool) string {
 // unsettledExchange returns a tool call of the transcript without a final
 // result, or "".
 func (s *AIState) unsettledExchange() string {
-	for _, m := range s.Messages {
-		for _, p := range m.Parts {
-			if !p.IsToolPart() {
-				continue
-			}
-			switch p.State {
-			case ToolOutputAvailable:
-				if p.Preliminary != nil && *p.Preliminary {
-					return p.ToolCallID
-				}
-			case ToolOutputError, ToolOutputDenied:
-			default:
+	for i := range s.Messages {
+		if id := unsettledCall(&s.Messages[i]); id != "" {
+			return id
+		}
+	}
+	return ""
+}
+
+// unsettledCall returns a tool call of m without a final result, or "".
+func unsettledCall(m *TranscriptMessage) string {
+	for _, p := range m.Parts {
+		if !p.IsToolPart() {
+			continue
+		}
+		switch p.State {
+		case ToolOutputAvailable:
+			if p.Preliminary != nil && *p.Preliminary {
 				return p.ToolCallID
 			}
+		case ToolOutputError, ToolOutputDenied:
+		default:
+			return p.ToolCallID
 		}
 	}
 	return ""
 }
 
 // unsettledWork returns a tool call whose A2-owned execution has not
-// settled, in any turn, or "".
+// settled, in any turn, or "": the first by ID, from the writer's index
+// when s keeps one.
 func (s *AIState) unsettledWork() string {
+	if x := s.index(); x != nil {
+		first := ""
+		for id := range x.unsettled {
+			if first == "" || id < first {
+				first = id
+			}
+		}
+		return first
+	}
 	for _, id := range sortedKeys(s.Tools) {
 		if toolWorkUnsettled(s.Tools[id]) {
 			return id
 		}
+	}
+	return ""
+}
+
+// DeferralCache is CompactionDeferral for the model steps of one session:
+// the tool call each settled message leaves without a final result is kept
+// (MessageCache), so a step looks at the parts of the messages that are
+// new or still written to only; the unsettled tool work comes from the
+// writer's index. Its zero value is empty; it is not safe for concurrent
+// use.
+type DeferralCache struct {
+	calls MessageCache[string]
+}
+
+// Deferral returns CompactionDeferral(s, deadLettered).
+func (c *DeferralCache) Deferral(s *AIState, deadLettered bool) string {
+	if deadLettered {
+		return CompactionDeferral(s, true)
+	}
+	settled := func(id string) bool { return !s.isActiveResponse(id) }
+	_ = c.calls.Update(s.Messages, settled, func(m *TranscriptMessage) (string, error) { return unsettledCall(m), nil })
+	for i := range c.calls.Len() {
+		if id := c.calls.At(i); id != "" {
+			return "tool call " + id + " has no final result"
+		}
+	}
+	if id := s.unsettledWork(); id != "" {
+		return "tool work " + id + " has not settled"
 	}
 	return ""
 }

@@ -24,8 +24,9 @@ type sim struct {
 	frozen map[string][]byte // messages as first seen settled (settledMessages)
 	// sizes is kept from fold to fold, as a session actor keeps its
 	// prompts' cache from step to step (checkSizes).
-	sizes   MessageCache[int64]
-	context ContextCache
+	sizes     MessageCache[int64]
+	context   ContextCache
+	deferrals DeferralCache
 }
 
 func newSim() *sim { return &sim{state: NewAIState(), policy: Policy{MaxSteps: 4}} }
@@ -491,44 +492,50 @@ func FuzzFoldBytes(f *testing.F) {
 
 // checkSizes checks that the estimate of a step's prompt made with the
 // cache of earlier steps (MessageCache, which keeps what settled messages
-// measured) equals the whole computation, on the model context of a
-// step's copy of the state (AIState.StepCopy), as a lane sees it, and that
-// the copy says what the state says of compaction's deferral and of the
-// active response.
+// measured) equals the whole computation, on the model context of the
+// state as the writer reads it when a step starts; that a step's copy of
+// the state (AIState.StepCopy) says what the state says of unsettled tool
+// work and of the active response; and that a step's copy of its context
+// (StepMessages) shares no parts the folds change.
 func (s *sim) checkSizes() error {
 	if err := checkIndex(s.state); err != nil {
 		return err
 	}
 	snap := s.state.StepCopy()
-	for _, v := range []bool{false, true} {
-		if got, want := CompactionDeferral(snap, v), CompactionDeferral(s.state, v); got != want {
-			return fmt.Errorf("a step's copy defers compaction with %q, the state with %q", got, want)
-		}
-	}
 	if got, want := snap.unsettledWork(), s.state.unsettledWork(); got != want {
 		return fmt.Errorf("a step's copy names %q as unsettled tool work, the state %q", got, want)
 	}
-	if got, want := len(snap.Messages), len(s.state.Messages); got != want {
-		return fmt.Errorf("a step's copy holds %d messages, the state %d", got, want)
+	if snap.Messages != nil {
+		return fmt.Errorf("a step's copy holds %d messages: the transcript is the writer's", len(snap.Messages))
 	}
-	for i, m := range s.state.Messages {
+	for _, v := range []bool{false, true} {
+		if got, want := s.deferrals.Deferral(s.state, v), CompactionDeferral(s.state, v); got != want {
+			return fmt.Errorf("the cached deferral is %q, the whole computation %q", got, want)
+		}
+	}
+	for _, m := range s.state.Messages {
 		if snap.IsActiveResponse(m.ID) != s.state.IsActiveResponse(m.ID) {
 			return fmt.Errorf("a step's copy and the state disagree on whether %s is the active response", m.ID)
 		}
+	}
+	step := StepMessages(s.state, s.state.Messages)
+	for i, m := range s.state.Messages {
+		if step[i].ID != m.ID || len(step[i].Parts) != len(m.Parts) {
+			return fmt.Errorf("a step's copy of message %d is %s with %d parts, the state's %s with %d", i, step[i].ID, len(step[i].Parts), m.ID, len(m.Parts))
+		}
 		// Folds change the active response's parts in place: the copy has
 		// its own.
-		if s.state.IsActiveResponse(m.ID) && len(m.Parts) > 0 && &snap.Messages[i].Parts[0] == &m.Parts[0] {
+		if s.state.IsActiveResponse(m.ID) && len(m.Parts) > 0 && &step[i].Parts[0] == &m.Parts[0] {
 			return fmt.Errorf("a step's copy shares the parts of the active response %s with the state", m.ID)
 		}
 	}
-	summary, after := ModelContext(snap.Messages)
-	settled := func(id string) bool { return !snap.IsActiveResponse(id) }
-	cs, cafter := s.context.ModelContext(snap.Messages, settled)
+	summary, after := ModelContext(s.state.Messages)
+	settled := func(id string) bool { return !s.state.IsActiveResponse(id) }
+	cs, cafter := s.context.ModelContext(s.state.Messages, settled)
 	if cs != summary || !sameContext(cafter, after) {
 		return fmt.Errorf("the cached model context is %q and %d messages, the whole computation %q and %d", cs, len(cafter), summary, len(after))
 	}
-	err := s.sizes.Update(after, func(id string) bool { return !snap.IsActiveResponse(id) },
-		func(m *TranscriptMessage) (int64, error) { return MessageBytes(*m), nil })
+	err := s.sizes.Update(after, settled, func(m *TranscriptMessage) (int64, error) { return MessageBytes(*m), nil })
 	if err != nil {
 		return err
 	}
@@ -558,7 +565,7 @@ func sameContext(a, b []TranscriptMessage) bool {
 
 // settledMessages encodes every message but the active response. Once a
 // message is not the active response, no later fold changes it in place,
-// whatever becomes active (AIState.StepCopy relies on it): the simulation
+// whatever becomes active (StepMessages and the step caches rely on it): the simulation
 // keeps each message as first seen settled (sim.frozen) and compares it
 // after every fold.
 func settledMessages(s *AIState) map[string][]byte {
@@ -603,11 +610,14 @@ func checkIndex(s *AIState) error {
 	for i, m := range s.Messages {
 		messages[m.ID] = i
 	}
-	gens, open := map[string]int{}, map[string]struct{}{}
+	gens, open, unsettled := map[string]int{}, map[string]struct{}{}, map[string]struct{}{}
 	for id, t := range s.Tools {
 		gens[t.GenerationID]++
 		if !toolTerminal(t.Status) {
 			open[id] = struct{}{}
+		}
+		if toolWorkUnsettled(t) {
+			unsettled[id] = struct{}{}
 		}
 	}
 	switch {
@@ -617,6 +627,8 @@ func checkIndex(s *AIState) error {
 		return fmt.Errorf("the index counts tool calls by generation %v, the state %v", x.toolGens, gens)
 	case !reflect.DeepEqual(x.open, open):
 		return fmt.Errorf("the index holds %v as open tool calls, the state %v", x.open, open)
+	case !reflect.DeepEqual(x.unsettled, unsettled):
+		return fmt.Errorf("the index holds %v as unsettled tool work, the state %v", x.unsettled, unsettled)
 	}
 	return nil
 }

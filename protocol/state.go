@@ -359,25 +359,33 @@ func (s *AIState) normalize() {
 
 // Clone returns a copy of s that shares no mutable memory with it. Raw JSON
 // values and strings are immutable once folded and are shared.
-func (s *AIState) Clone() *AIState { return s.clone(true, s) }
+func (s *AIState) Clone() *AIState { return s.clone() }
 
 // StepCopy is a copy of s for a model step to read while s goes on
-// folding. Its messages other than the active response share their parts
-// with s: a fold changes no other message in place (the random-session
-// simulation checks every fold for it), so they read as Clone's would; they
-// must not be changed. And it leaves out the maps that grow with the
-// conversation. A step reads the transcript, the active response, the
-// model metadata, the calibration and what defers a compaction: Usage,
+// folding: what a step reads besides its prompt, which the session's
+// writer makes from s itself when the step starts. It leaves out the
+// transcript (Messages is nil) and the maps that grow with the
+// conversation. A step reads the active response's ID, the model
+// metadata, the calibration and what defers a compaction: Usage,
 // ResponseOwners, TerminalRequestIDs and TerminalGenerations are nil, and
 // Tools holds only the calls whose A2-owned execution has not settled (what
-// CompactionDeferral reads). A step of a long session so copies a few maps
-// of a few entries, not one entry for every tool call, generation and
+// CompactionDeferral reads of them; its transcript half is the writer's to
+// ask). A step of a long session so copies a few maps of a few entries,
+// not the transcript nor one entry for every tool call, generation and
 // request the session ever had.
 func (s *AIState) StepCopy() *AIState {
 	t := *s
+	t.Messages, t.idx = nil, nil
 	t.Usage, t.ResponseOwners, t.TerminalRequestIDs, t.TerminalGenerations, t.Tools = nil, nil, nil, nil, nil
-	c := t.clone(false, s)
+	c := t.clone()
+	c.Messages = nil
 	c.Tools = map[string]ToolActivity{}
+	if x := s.index(); x != nil {
+		for id := range x.unsettled {
+			c.Tools[id] = s.Tools[id]
+		}
+		return c
+	}
 	for id, a := range s.Tools {
 		if toolWorkUnsettled(a) {
 			c.Tools[id] = a
@@ -386,38 +394,14 @@ func (s *AIState) StepCopy() *AIState {
 	return c
 }
 
-// clone copies s; allParts copies every message's parts, else only the
-// active response's. of is the state s copies (itself, or the state a
-// StepCopy copies), whose index finds the active response.
-func (s *AIState) clone(allParts bool, of *AIState) *AIState {
+// clone copies s, every message's parts included.
+func (s *AIState) clone() *AIState {
 	c := *s
 	c.Messages = make([]TranscriptMessage, len(s.Messages))
 	copy(c.Messages, s.Messages)
 	for i := range c.Messages {
 		m := &c.Messages[i]
-		if allParts {
-			m.Parts = append([]Part(nil), m.Parts...)
-		}
-		if m.Parts == nil {
-			m.Parts = []Part{}
-		}
-	}
-	if !allParts {
-		// The active response's parts, found by position (messagePos:
-		// the last message, mostly, else of's index) rather than by
-		// comparing every message's ID with the active ones.
-		copied := [3]int{-1, -1, -1}
-		for k, id := range s.activeResponses() {
-			if id == "" {
-				continue
-			}
-			i := of.messagePos(id)
-			if i < 0 || slices.Contains(copied[:k], i) {
-				continue
-			}
-			copied[k] = i
-			c.Messages[i].Parts = append(make([]Part, 0, len(s.Messages[i].Parts)), s.Messages[i].Parts...)
-		}
+		m.Parts = append([]Part{}, m.Parts...)
 	}
 	c.Inbox.Items = cloneInbox(s.Inbox.Items)
 	if s.Active != nil {
@@ -465,7 +449,7 @@ func (s *AIState) clone(allParts bool, of *AIState) *AIState {
 	c.TerminalRequestIDs = cloneMap(s.TerminalRequestIDs)
 	c.TerminalGenerations = cloneMap(s.TerminalGenerations)
 	c.idx = nil
-	if x := s.index(); x != nil && allParts {
+	if x := s.index(); x != nil {
 		c.idx = x.cloneFor(&c)
 	}
 	return &c
@@ -575,4 +559,21 @@ func (s *AIState) inboxIndex(id string) int {
 		}
 	}
 	return -1
+}
+
+// StepMessages is a copy of messages, messages of s's transcript (a model
+// context of it), for a model step to read while s goes on folding: the
+// active response's parts are copied, the one message folds change in
+// place; the other messages' parts are shared, as no fold changes them
+// (the random-session simulation checks every fold for it). They must not
+// be changed.
+func StepMessages(s *AIState, messages []TranscriptMessage) []TranscriptMessage {
+	out := make([]TranscriptMessage, len(messages))
+	copy(out, messages)
+	for i := range out {
+		if m := &out[i]; s.isActiveResponse(m.ID) || m.Parts == nil {
+			m.Parts = append(make([]Part, 0, len(m.Parts)), m.Parts...)
+		}
+	}
+	return out
 }

@@ -24,9 +24,11 @@ type stateIndex struct {
 	messages map[string]int
 	indexed  int
 	// toolGens counts the calls of each generation; open holds the calls
-	// without a terminal status.
-	toolGens map[string]int
-	open     map[string]struct{}
+	// without a terminal status, and unsettled those whose A2-owned
+	// execution has not settled (toolWorkUnsettled).
+	toolGens  map[string]int
+	open      map[string]struct{}
+	unsettled map[string]struct{}
 }
 
 // indexFrom is the size of a state (messages or tool calls) from which
@@ -57,7 +59,7 @@ func (s *AIState) writeIndex() *stateIndex {
 		return nil
 	}
 	x := &stateIndex{owner: s, messages: make(map[string]int, len(s.Messages)),
-		toolGens: map[string]int{}, open: map[string]struct{}{}}
+		toolGens: map[string]int{}, open: map[string]struct{}{}, unsettled: map[string]struct{}{}}
 	x.indexMessages(s)
 	for id, t := range s.Tools {
 		x.addTool(id, t)
@@ -82,6 +84,9 @@ func (x *stateIndex) addTool(id string, t ToolActivity) {
 	if !toolTerminal(t.Status) {
 		x.open[id] = struct{}{}
 	}
+	if toolWorkUnsettled(t) {
+		x.unsettled[id] = struct{}{}
+	}
 }
 
 func (x *stateIndex) removeTool(id string, t ToolActivity) {
@@ -91,12 +96,13 @@ func (x *stateIndex) removeTool(id string, t ToolActivity) {
 		delete(x.toolGens, t.GenerationID)
 	}
 	delete(x.open, id)
+	delete(x.unsettled, id)
 }
 
 // cloneFor copies x for c, a Clone of its owner.
 func (x *stateIndex) cloneFor(c *AIState) *stateIndex {
 	return &stateIndex{owner: c, messages: maps.Clone(x.messages), indexed: x.indexed,
-		toolGens: maps.Clone(x.toolGens), open: maps.Clone(x.open)}
+		toolGens: maps.Clone(x.toolGens), open: maps.Clone(x.open), unsettled: maps.Clone(x.unsettled)}
 }
 
 // addMessage appends m to the transcript.

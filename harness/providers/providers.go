@@ -55,7 +55,7 @@ type Set struct {
 func FromEnv(getenv func(string) string, model string, sc *script.Script, wordDelay time.Duration) *Set {
 	p := &Set{demo: demo.New(wordDelay)}
 	if sc != nil {
-		p.script = script.New(sc)
+		p.script = script.New(sc).StopRecording()
 		p.model, p.name = ScriptModelID, "the script model, test mode"
 		if model != "" {
 			p.model = model

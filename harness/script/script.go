@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,6 +97,8 @@ type Model struct {
 	next   map[string]*Reply       // session -> chained reply for the next call
 	gates  map[string]chan struct{}
 	calls  []harness.Request
+	// unrecorded says Calls keeps nothing (StopRecording).
+	unrecorded bool
 	// sizes keeps, for each session, the serialized size of each message
 	// of its last prompt, by position, for the default usage: a session's
 	// settled messages come back in every later prompt with the same
@@ -154,8 +157,18 @@ func (m *Model) gate(name string) chan struct{} {
 	return ch
 }
 
+// StopRecording makes the model keep no record of its requests (Calls is
+// then empty): a record copies each prompt, which a node in test mode and
+// a benchmark need not pay for. It returns m.
+func (m *Model) StopRecording() *Model {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.unrecorded, m.calls = true, nil
+	return m
+}
+
 // Calls returns the requests the model received, in order: the last
-// maxCalls of them.
+// maxCalls of them (none after StopRecording).
 func (m *Model) Calls() []harness.Request {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -169,7 +182,13 @@ func (m *Model) choose(req harness.Request) (*Reply, error) {
 		m.calls = append(m.calls[:0], m.calls[maxCalls/2:]...)
 		clear(m.calls[maxCalls/2 : maxCalls])
 	}
-	m.calls = append(m.calls, req)
+	if !m.unrecorded {
+		// The prompt is lent for the stream's life (harness.Request): the
+		// record keeps a copy.
+		rec := req
+		rec.Messages = slices.Clone(req.Messages)
+		m.calls = append(m.calls, rec)
+	}
 	last := req.Messages
 	continuation := len(last) > 0 && last[len(last)-1].Role == harness.ModelRoleTool
 	if continuation {

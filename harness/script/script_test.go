@@ -206,3 +206,29 @@ func BenchmarkStream(b *testing.B) {
 		}
 	}
 }
+
+// The model's record of a request keeps its own copy of the prompt, which
+// is lent to the model only while the stream is open (harness.Request);
+// after StopRecording it keeps none.
+func TestCallsKeepACopyOfThePrompt(t *testing.T) {
+	s, err := Parse([]byte(`{"default":{"text":"ok"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(s)
+	req := userReq("s", "first")
+	st, _ := m.Stream(context.Background(), req)
+	providertest.Drain(t, st)
+	st.Close()
+	req.Messages[0] = harness.ModelMessage{Role: harness.ModelRoleUser, Content: []harness.ContentPart{{Type: harness.ContentText, Text: "reused"}}}
+	calls := m.Calls()
+	if len(calls) != 1 || calls[0].Messages[0].Content[0].Text != "first" {
+		t.Fatalf("the record reads the prompt's memory after the stream closed: %+v", calls)
+	}
+	m.StopRecording()
+	st, _ = m.Stream(context.Background(), userReq("s", "second"))
+	providertest.Drain(t, st)
+	if calls := m.Calls(); len(calls) != 0 {
+		t.Fatalf("%d calls recorded after StopRecording", len(calls))
+	}
+}
