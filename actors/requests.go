@@ -118,10 +118,14 @@ func (r *Runtime) readable(ctx context.Context, agentName, session string) (a *A
 
 // Idle returns the session's durable log index and whether the session is
 // idle at it (protocol.AIState.Idle): what a stream that ends once the
-// session is idle asks after each event, at the cost of a message to the
-// session, where State marshals the whole state. A session nobody wrote to
-// is idle at index 0.
+// session is idle asks after each event. An active session's actor
+// publishes both after each write (sessionStatus), which Idle reads
+// without a message to it; another session is asked, which activates it.
+// A session nobody wrote to is idle at index 0.
 func (r *Runtime) Idle(ctx context.Context, agentName, session string) (uint64, bool, error) {
+	if index, idle, ok := r.publishedStatus(agentName, session); ok {
+		return index, idle, nil
+	}
 	a, empty, err := r.readable(ctx, agentName, session)
 	if err != nil || empty {
 		return 0, err == nil, err

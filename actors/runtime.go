@@ -122,6 +122,11 @@ type Runtime struct {
 	opts   Options
 	system *actor.ActorSystem
 
+	// statuses holds, by session key, what each active session actor last
+	// published of its durable index and idleness (sessionStatus), which
+	// Idle answers without a message to the actor.
+	statuses sync.Map
+
 	mu       sync.Mutex
 	sessions map[string]*actor.PID
 	failures map[string]int // write failures in a row, per session

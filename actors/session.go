@@ -43,6 +43,8 @@ type sessionActor struct {
 
 	state *protocol.SessionState
 	index uint64
+	// status is what the actor publishes for Runtime.Idle (status.go).
+	status *sessionStatus
 
 	queue     []*pendingPush
 	workQueue []protocol.Event
@@ -197,6 +199,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 			return
 		}
 		c.SetReceiveTimeout(s.rt.opts.PassivateAfter)
+		s.publishStatus()
 		if w := s.rt.opts.LookupPushesFor; w > 0 {
 			s.lookupUntil = s.rt.clock.Now().Add(w)
 		}
@@ -287,6 +290,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopping = true
+		s.unpublishStatus()
 		cause := errSessionStopped
 		if s.stopCause != nil {
 			cause = s.stopCause

@@ -189,6 +189,7 @@ func (s *sessionActor) tryFlush() {
 		return
 	}
 	s.writing = true
+	s.publishWriting()
 	s.inflight = pushes
 	store, session, expected, self, sys := s.store, s.id, s.index, s.self, s.rt.system
 	logger := s.rt.opts.Logger
@@ -348,6 +349,7 @@ func (s *sessionActor) onWriteDone(m *writeDone) {
 		s.wroteOnce = true
 		s.rt.wrote(s.agent.Name(), s.id)
 	}
+	s.publishStatus()
 	s.rt.opts.Logger.Debug("batch durable", "session", s.id, "events", len(m.stored), "index", s.index)
 	for _, ev := range m.stored {
 		delete(s.pendingIDs, ev.ID)

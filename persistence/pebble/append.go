@@ -166,7 +166,7 @@ func (s *Store) prepareAppend(ctx context.Context, session string, expected uint
 func (p *pendingAppend) finish(err error) ([]protocol.Event, error) {
 	s := p.s
 	if err == nil {
-		p.st.advance(p.newLast, p.batch)
+		p.st.advance(p.newLast, p.batch, s.recent)
 	}
 	s.claims.unclaim(p.ids)
 	p.st.appendMu.Unlock()

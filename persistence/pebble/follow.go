@@ -18,7 +18,9 @@ import (
 // the common case, that saves an iterator per batch); a follower whose
 // buffer is full is marked lagged, and its next Next reads the log from
 // where it is up to the durable end, then skips what it already returned.
-// A new follower starts lagged: its first Next reads the history.
+// A new follower starts lagged, its first Next reading the history, unless
+// the session's recent events in memory (sessionState.recent) hold all of
+// it: the usual start of a stream, just after its session's latest write.
 func (s *Store) Follow(session string, after uint64) (persistence.Tail, error) {
 	if err := persistence.CheckSession(session); err != nil {
 		return nil, err
@@ -29,8 +31,12 @@ func (s *Store) Follow(session string, after uint64) (persistence.Tail, error) {
 	defer s.leave()
 	st := s.sessions.acquire(session)
 	f := &follower{s: s, session: session, st: st, after: after, ch: make(chan []protocol.Event, followBuffer)}
-	f.lagged.Store(true)
 	st.mu.Lock()
+	if r := st.recent; st.loaded && len(r) > 0 && r[len(r)-1].Index == st.last && r[0].Index <= after+1 && after < st.last {
+		f.ch <- r[after+1-r[0].Index:]
+	} else if !st.loaded || after != st.last {
+		f.lagged.Store(true)
+	}
 	if st.followers == nil {
 		st.followers = map[*follower]struct{}{}
 	}

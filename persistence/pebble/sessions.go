@@ -33,20 +33,102 @@ type sessionState struct {
 
 	followers map[*follower]struct{} // tails following the session (Follow)
 
+	// recent holds copies of the session's latest acknowledged events, in
+	// index order up to last, while the store's recentTails keeps the
+	// session among the latest to append (recentGen names the latest
+	// entry): a follower that starts within them reads no log (Follow).
+	recent      []protocol.Event
+	recentBytes int
+	recentGen   uint64
+
 	refs int // calls holding this state; guarded by registry.mu
 }
 
+// The recent events a session keeps (sessionState.recent): at most
+// recentEvents of them and recentBytes of payload, for the recentSlots
+// sessions that appended last. So they take at most recentSlots x
+// recentBytes of memory (8 MiB), whatever the number of sessions.
+const (
+	recentEvents = 64
+	recentBytes  = 8 << 10
+	recentSlots  = 1024
+)
+
+// recentTails names the sessions that keep recent events: the latest
+// recentSlots appends, each an entry of its session's state and the
+// generation of its recent events then. An entry that falls out of the
+// ring clears its session's recent events, unless the session appended
+// since (a later entry holds them).
+type recentTails struct {
+	mu    sync.Mutex
+	slots [recentSlots]recentEntry
+	next  int
+}
+
+type recentEntry struct {
+	st  *sessionState
+	gen uint64
+}
+
+// add records that st's recent events are of generation gen, and clears
+// those of the entry that falls out.
+func (r *recentTails) add(st *sessionState, gen uint64) {
+	r.mu.Lock()
+	old := r.slots[r.next]
+	r.slots[r.next] = recentEntry{st: st, gen: gen}
+	r.next = (r.next + 1) % recentSlots
+	r.mu.Unlock()
+	if old.st != nil {
+		old.st.mu.Lock()
+		if old.st.recentGen == old.gen {
+			old.st.recent, old.st.recentBytes = nil, 0
+		}
+		old.st.mu.Unlock()
+	}
+}
+
+// keepRecent adds out, the copies of an acknowledged batch, to the recent
+// events, dropping the oldest beyond the bounds, and returns their new
+// generation. The caller holds st.mu.
+func (st *sessionState) keepRecent(out []protocol.Event, size int) uint64 {
+	st.recentGen++
+	if size > recentBytes || len(out) > recentEvents {
+		st.recent, st.recentBytes = nil, 0
+		return st.recentGen
+	}
+	if n := len(st.recent); n == 0 || st.recent[n-1].Index+1 != out[0].Index {
+		st.recent, st.recentBytes = nil, 0
+	}
+	drop := 0
+	for st.recentBytes+size > recentBytes || len(st.recent)-drop+len(out) > recentEvents {
+		st.recentBytes -= len(st.recent[drop].Payload)
+		drop++
+	}
+	if drop > 0 {
+		// A fresh array: the events handed out stay as they are, and the
+		// dropped ones are not kept alive.
+		st.recent = append(make([]protocol.Event, 0, len(st.recent)-drop+len(out)), st.recent[drop:]...)
+	}
+	st.recent = append(st.recent, out...)
+	st.recentBytes += size
+	return st.recentGen
+}
+
 // advance records a newly acknowledged last index, offers the batch that
-// reached it to the session's followers and wakes every waiter.
-func (st *sessionState) advance(last uint64, batch []protocol.Event) {
+// reached it to the session's followers, keeps it among the session's
+// recent events (recent) and wakes every waiter.
+func (st *sessionState) advance(last uint64, batch []protocol.Event, tails *recentTails) {
 	st.mu.Lock()
 	if last > st.last {
 		st.last = last
 	}
-	if len(st.followers) > 0 {
-		// Followers get copies of the envelope fields and the payloads (one
-		// allocation), nothing the appender's events carry besides (see
-		// protocol.NewProgressEvent), and nothing the appender could change.
+	var gen uint64
+	keep := tails != nil && len(batch) > 0 && batch[len(batch)-1].Index == st.last
+	if len(st.followers) > 0 || keep {
+		// Followers and the recent events get copies of the envelope
+		// fields and the payloads (one allocation), nothing the appender's
+		// events carry besides (see protocol.NewProgressEvent), and
+		// nothing the appender could change.
 		size := 0
 		for i := range batch {
 			size += len(batch[i].Payload)
@@ -61,10 +143,16 @@ func (st *sessionState) advance(last uint64, batch []protocol.Event) {
 		for f := range st.followers {
 			f.offer(out)
 		}
+		if keep {
+			gen = st.keepRecent(out, size)
+		}
 	}
 	close(st.changed)
 	st.changed = make(chan struct{})
 	st.mu.Unlock()
+	if gen != 0 {
+		tails.add(st, gen)
+	}
 }
 
 // registry maps session IDs to their in-memory state. A state stays cached

@@ -116,8 +116,11 @@ type Store struct {
 	retention int
 	now       func() time.Time
 	sessions  *registry
-	claims    *idClaims
-	ids       *idFilter // nil when disabled
+	// recent bounds the sessions that keep their latest events in memory
+	// for new followers (sessionState.recent); nil keeps none.
+	recent *recentTails
+	claims *idClaims
+	ids    *idFilter // nil when disabled
 
 	// life counts calls in progress so that Close can wait for them before
 	// closing Pebble, and records the closed and failed states.
@@ -147,6 +150,7 @@ func Open(dir string, opts Options) (st *Store, err error) {
 		retention: opts.SnapshotRetention,
 		now:       opts.Now,
 		sessions:  newRegistry(opts.SessionCacheSize),
+		recent:    &recentTails{},
 		claims:    newIDClaims(),
 		stopped:   make(chan struct{}),
 	}
