@@ -134,9 +134,10 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 	bw, flush := g.startSSE(w)
 	defer endSSE(bw)
 	// The retry hint and a first comment make the headers reach the client
-	// at once, before any event exists.
+	// at once, before any event exists. After a push its first events
+	// exist already: they go with the headers, one write fewer.
 	_, _ = bw.WriteString("retry: 1000\n: connected\n\n")
-	if flush() != nil {
+	if !pushed && flush() != nil {
 		return
 	}
 	if untilIdle && after >= index && idle {
@@ -192,8 +193,10 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, agent, ses
 		g.opts.Logger.WarnContext(ctx, "gateway: a stream's subscription failed", "err", err)
 		_, _ = bw.WriteString(": error " + oneLine(classify(err).Message) + "\n\n")
 	}) {
+		// The handler's return writes this with the response's end, in
+		// one write.
 		_, _ = bw.WriteString(": idle\n\n")
-		_ = flush()
+		_ = bw.Flush()
 	}
 }
 
