@@ -97,31 +97,39 @@ type laneEnd struct {
 	model   string
 }
 
-// laneActor is the generation lane's child actor: it runs one model step
-// in a goroutine whose context carries the abort cause.
-type laneActor struct {
-	run    func(ctx context.Context, send func(any))
-	parent *actor.PID
+// runActor is the child actor of a generation lane or a tool execution
+// attempt: it owns the context of the goroutine that runs the step or the
+// attempt, which carries the abort cause (cancelLane, or the session's
+// stop). spawnRun starts that goroutine as it spawns the actor: started
+// from the actor's Started, the run waited for one more hand-over between
+// goroutines (docs/benchmarks.md, "What the one-client latency is made
+// of").
+type runActor struct {
 	cancel context.CancelCauseFunc
 	// stopCause is why the session stops (sessionActor.childStopCause).
 	stopCause func() error
 }
 
+// spawnRun spawns a runActor and starts run in a goroutine of its own,
+// under the actor's context; run sends its reports to the session actor.
+func (s *sessionActor) spawnRun(run func(ctx context.Context, send func(any))) *actor.PID {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	pid := s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &runActor{cancel: cancel, stopCause: s.childStopCause}
+	}, actor.WithDispatcher(s.rt.dispatcher)))
+	sys, parent := s.rt.system, s.self
+	go run(ctx, func(msg any) { sys.Root.Send(parent, msg) })
+	return pid
+}
+
 type cancelLane struct{ cause error }
 
-func (l *laneActor) Receive(c actor.Context) {
+func (r *runActor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
-	case *actor.Started:
-		ctx, cancel := context.WithCancelCause(context.Background())
-		l.cancel = cancel
-		sys, parent := c.ActorSystem(), l.parent
-		go l.run(ctx, func(msg any) { sys.Root.Send(parent, msg) })
 	case *cancelLane:
-		l.cancel(m.cause)
+		r.cancel(m.cause)
 	case *actor.Stopping:
-		if l.cancel != nil {
-			l.cancel(l.stopCause())
-		}
+		r.cancel(r.stopCause())
 	}
 }
 
@@ -237,10 +245,7 @@ func (s *sessionActor) startLane(w protocol.Work) {
 		logger:   s.rt.opts.Logger,
 	}
 	s.stepPrompt(&in)
-	props := actor.PropsFromProducer(func() actor.Actor {
-		return &laneActor{parent: s.self, run: func(ctx context.Context, send func(any)) { runLane(ctx, in, send) }, stopCause: s.childStopCause}
-	}, actor.WithDispatcher(s.rt.dispatcher))
-	l.pid = s.ctx.Spawn(props)
+	l.pid = s.spawnRun(func(ctx context.Context, send func(any)) { runLane(ctx, in, send) })
 	s.rt.opts.Logger.DebugContext(spanContext(l.span), "lane started", "session", s.id, "request", w.RequestID, "generation", gen, "attempt", attempt)
 	s.lanes[gen] = l
 }

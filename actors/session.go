@@ -296,7 +296,7 @@ func (s *sessionActor) Receive(c actor.Context) {
 			cause = s.stopCause
 		}
 		// Lanes are child actors: stopping stops them, and each cancels its
-		// step's context (laneActor, on Stopping).
+		// step's context (runActor, on Stopping).
 		for _, r := range s.toolRuns {
 			s.cancelRun(r, cause)
 			endTool(r, "aborted", nil, nil)

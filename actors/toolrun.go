@@ -58,31 +58,6 @@ type toolEnd struct {
 	cancelled bool
 }
 
-// toolActor is the child actor of one tool execution attempt.
-type toolActor struct {
-	run    func(ctx context.Context, send func(any))
-	parent *actor.PID
-	cancel context.CancelCauseFunc
-	// stopCause is why the session stops (sessionActor.childStopCause).
-	stopCause func() error
-}
-
-func (t *toolActor) Receive(c actor.Context) {
-	switch m := c.Message().(type) {
-	case *actor.Started:
-		ctx, cancel := context.WithCancelCause(context.Background())
-		t.cancel = cancel
-		sys, parent := c.ActorSystem(), t.parent
-		go t.run(ctx, func(msg any) { sys.Root.Send(parent, msg) })
-	case *cancelLane:
-		t.cancel(m.cause)
-	case *actor.Stopping:
-		if t.cancel != nil {
-			t.cancel(t.stopCause())
-		}
-	}
-}
-
 func (s *sessionActor) isReport(tool string) bool { return s.agent.toolbox().work.ReportTools[tool] }
 
 // reconcileTools matches the running tool executions to the tool work
@@ -273,7 +248,7 @@ func (s *sessionActor) execute(r *toolRun) {
 			logger.Error("a tool panicked", "session", session, "tool", r.tool, "toolCallId", call, "attempt", r.attempt, "panic", fmt.Sprint(p), "stack", string(stack))
 		}))
 	}
-	r.pid = s.ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &toolActor{parent: s.self, run: run, stopCause: s.childStopCause} }, actor.WithDispatcher(s.rt.dispatcher)))
+	r.pid = s.spawnRun(run)
 }
 
 // enterTool runs an attempt's Execute and fills in its end, unless the
