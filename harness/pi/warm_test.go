@@ -89,9 +89,15 @@ func TestAWarmPiStartsFromItsSavedSession(t *testing.T) {
 
 // R-HARNESS-10: a state that is gone costs a longer rebuild, never
 // correctness: with room for one session's state, two sessions take turns,
-// and each response after the first is named a state the sidecar has
-// forgotten; it says so, A2 sends the whole history, and every answer
-// comes from the right conversation.
+// and each response after the first is named a state; the sidecar has
+// forgotten it or not, says so when it has, A2 sends the whole history
+// then, and every answer comes from the right conversation. Which states
+// are gone depends on timing: the sidecar saves a run's state after A2
+// has seen its response end, and a run waits only for its own session's
+// last run, so a's second turn can name a's state before b's first save
+// evicts it (a loaded machine: seen in CI). At least one state is gone:
+// the second save of a turn pair evicts the other session's state before
+// that session's next run names it, unless both saves lag both runs.
 func TestAForgottenPiStateOnlyCostsARebuild(t *testing.T) {
 	h := startPiOpts(t, pi.Options{Sandbox: dirPool(t).Sandbox, WarmSessions: 1})
 	f := newFixture(t, h, `{"replies":[{"match":"a1","text":"alpha"},{"match":"b1","text":"bravo"},{"match":"a2","text":"again a"},{"match":"b2","text":"again b"}]}`)
@@ -99,8 +105,8 @@ func TestAForgottenPiStateOnlyCostsARebuild(t *testing.T) {
 		f.turnOK(t, turn[0], turn[1])
 	}
 	s := h.Stats()
-	if s.Missing != 2 || s.WarmRuns != 2 || s.Runs != 6 {
-		t.Fatalf("stats %+v: want 2 states missing (a2 and b2 named one), each run again whole (6 runs)", s)
+	if s.WarmRuns != 2 || s.Missing < 1 || s.Runs != 4+s.Missing {
+		t.Fatalf("stats %+v: want a2 and b2 to name a state, at least one of them missing, each missing one run again whole (4 runs and one per missing state)", s)
 	}
 	reqs := f.models.Requests()
 	if len(reqs) != 4 {
