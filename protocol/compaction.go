@@ -170,13 +170,21 @@ func CompactionDecide(inputTokens, threshold int64, deferral string) CompactionD
 // included, or "": a summary must never split a tool call from its result
 // nor race A2-owned tool work (R-COMPACT-24..26).
 func CompactionDeferral(s *AIState, deadLettered bool) string {
-	switch {
-	case deadLettered:
+	return deferral(deadLettered, s.unsettledExchange, s.unsettledWork)
+}
+
+// deferral is the reason a compaction defers, from whether dead-lettered
+// work awaits repair and, asked in this order and only when needed, a tool
+// call without a final result and unsettled tool work ("" for none).
+func deferral(deadLettered bool, exchange, work func() string) string {
+	if deadLettered {
 		return "dead-lettered tool work awaits repair"
-	case s.unsettledExchange() != "":
-		return "tool call " + s.unsettledExchange() + " has no final result"
-	case s.unsettledWork() != "":
-		return "tool work " + s.unsettledWork() + " has not settled"
+	}
+	if id := exchange(); id != "" {
+		return "tool call " + id + " has no final result"
+	}
+	if id := work(); id != "" {
+		return "tool work " + id + " has not settled"
 	}
 	return ""
 }
@@ -244,20 +252,16 @@ type DeferralCache struct {
 
 // Deferral returns CompactionDeferral(s, deadLettered).
 func (c *DeferralCache) Deferral(s *AIState, deadLettered bool) string {
-	if deadLettered {
-		return CompactionDeferral(s, true)
-	}
-	settled := func(id string) bool { return !s.isActiveResponse(id) }
-	_ = c.calls.Update(s.Messages, settled, func(m *TranscriptMessage) (string, error) { return unsettledCall(m), nil })
-	for i := range c.calls.Len() {
-		if id := c.calls.At(i); id != "" {
-			return "tool call " + id + " has no final result"
+	return deferral(deadLettered, func() string {
+		settled := func(id string) bool { return !s.isActiveResponse(id) }
+		_ = c.calls.Update(s.Messages, settled, func(m *TranscriptMessage) (string, error) { return unsettledCall(m), nil })
+		for i := range c.calls.Len() {
+			if id := c.calls.At(i); id != "" {
+				return id
+			}
 		}
-	}
-	if id := s.unsettledWork(); id != "" {
-		return "tool work " + id + " has not settled"
-	}
-	return ""
+		return ""
+	}, s.unsettledWork)
 }
 
 // toolWorkUnsettled reports whether a tool call's A2-owned execution has
