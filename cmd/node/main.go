@@ -526,7 +526,11 @@ func nodeTools(testMode bool) []tools.Tool {
 func gcDescription(s gctune.Settings) string {
 	var parts []string
 	if s.Percent != 0 {
-		parts = append(parts, fmt.Sprintf("heap goal %d%%", s.Percent))
+		goal := fmt.Sprintf("heap goal %d%%", s.Percent)
+		if s.Headroom > 0 {
+			goal += fmt.Sprintf(" and at most %d MiB past the live heap", s.Headroom>>20)
+		}
+		parts = append(parts, goal)
 	}
 	if s.Limit > 0 {
 		parts = append(parts, fmt.Sprintf("memory limit %.1f GiB", float64(s.Limit)/(1<<30)))

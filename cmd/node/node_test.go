@@ -312,6 +312,7 @@ func TestGCDescription(t *testing.T) {
 		want string
 	}{
 		{gctune.Settings{Percent: 800, Limit: 18 << 30}, "heap goal 800%, memory limit 18.0 GiB (GOGC / GOMEMLIMIT to choose otherwise; docs/http.md)"},
+		{gctune.Settings{Percent: 800, Limit: 18 << 30, Headroom: 256 << 20}, "heap goal 800% and at most 256 MiB past the live heap, memory limit 18.0 GiB (GOGC / GOMEMLIMIT to choose otherwise; docs/http.md)"},
 		{gctune.Settings{Percent: 800}, "heap goal 800% (GOGC / GOMEMLIMIT to choose otherwise; docs/http.md)"},
 		{gctune.Settings{Limit: 3 << 29}, "memory limit 1.5 GiB (GOGC / GOMEMLIMIT to choose otherwise; docs/http.md)"},
 	} {
