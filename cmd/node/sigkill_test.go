@@ -28,6 +28,9 @@ func testDatabase(t *testing.T, ctx context.Context, prefix string) string {
 	if base == "" {
 		t.Skip("set A2_TEST_POSTGRES_URL=postgres://... to run the PostgreSQL tests; .ci/run starts a throwaway server")
 	}
+	if why := os.Getenv("A2_POSTGRES_TESTED"); why != "" {
+		t.Skipf("A2_POSTGRES_TESTED is set (%s): unset it to run this test again", why)
+	}
 	db := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {

@@ -26,6 +26,9 @@ func testURL(t testing.TB) string {
 	if url == "" {
 		t.Skip("set A2_TEST_POSTGRES_URL=postgres://... to run the PostgreSQL store tests; .ci/run starts a throwaway server")
 	}
+	if why := os.Getenv("A2_POSTGRES_TESTED"); why != "" {
+		t.Skipf("A2_POSTGRES_TESTED is set (%s): unset it to run this test again", why)
+	}
 	return url
 }
 
