@@ -33,7 +33,7 @@ func (s *Store) Follow(session string, after uint64) (persistence.Tail, error) {
 	f := &follower{s: s, session: session, st: st, after: after, ch: make(chan []protocol.Event, followBuffer)}
 	st.mu.Lock()
 	if r := st.recent; st.loaded && len(r) > 0 && r[len(r)-1].Index == st.last && r[0].Index <= after+1 && after < st.last {
-		f.ch <- r[after+1-r[0].Index:]
+		f.ch <- r[after+1-r[0].Index : len(r) : len(r)] // no room to append into the session's window
 	} else if !st.loaded || after != st.last {
 		f.lagged.Store(true)
 	}

@@ -110,3 +110,70 @@ func TestAFollowerStartsFromTheRecentEvents(t *testing.T) {
 		t.Fatalf("a follower at the end got %v, %v; want event %d", got, err, last)
 	}
 }
+
+// The recent events slide along their array as batches come (one
+// allocation per window's worth, not per batch): what a follower was handed
+// stays as it was while the window moves on, a follower that appends to
+// what it was handed writes into memory of its own, and a follower that
+// starts anywhere in the window gets what the log holds.
+func TestTheRecentEventsSlideWithoutChangingWhatWasHandedOut(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open("db", Options{FS: vfs.NewMem(), Logger: testLogger{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var last uint64
+	type held struct {
+		events []protocol.Event
+		want   []string // "index id payload" of each, when handed out
+	}
+	var holds []held
+	describe := func(evs []protocol.Event) []string {
+		out := make([]string, len(evs))
+		for i, ev := range evs {
+			out[i] = fmt.Sprintf("%d %s %s", ev.Index, ev.ID, ev.Payload)
+		}
+		return out
+	}
+	for b := range 200 {
+		n := 1 + b%5
+		out, err := s.Append(ctx, "s", last, notes(fmt.Sprintf("b%d", b), n, fmt.Sprintf(`{"batch":%d,"pad":"%s"}`, b, strings.Repeat("p", b%7*40))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = out[len(out)-1].Index
+		after := last - uint64(1+b%9)
+		tail, err := s.Follow("s", after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tail.(*follower).lagged.Load() {
+			tail.Close()
+			continue // the window no longer holds it: the log is read
+		}
+		got, err := tail.Next(ctx)
+		tail.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := s.Read(ctx, "s", after, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := strings.Join(describe(got), "\n"), strings.Join(describe(want), "\n"); g != w {
+			t.Fatalf("batch %d: a follower after %d got\n%s\nthe log holds\n%s", b, after, g, w)
+		}
+		// What it was handed, and what it appends to that.
+		mine := append(got, protocol.Event{ID: "mine", Payload: json.RawMessage(`{}`)})
+		holds = append(holds, held{events: got, want: describe(got)}, held{events: mine, want: describe(mine)})
+	}
+	if len(holds) < 200 {
+		t.Fatalf("only %d of 200 followers started from the recent events", len(holds)/2)
+	}
+	for i, h := range holds {
+		if g, w := strings.Join(describe(h.events), "\n"), strings.Join(h.want, "\n"); g != w {
+			t.Fatalf("follower %d's events changed after it had them:\n%s\nwere\n%s", i, g, w)
+		}
+	}
+}

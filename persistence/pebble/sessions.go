@@ -104,10 +104,15 @@ func (st *sessionState) keepRecent(out []protocol.Event, size int) uint64 {
 		st.recentBytes -= len(st.recent[drop].Payload)
 		drop++
 	}
-	if drop > 0 {
-		// A fresh array: the events handed out stay as they are, and the
-		// dropped ones are not kept alive.
-		st.recent = append(make([]protocol.Event, 0, len(st.recent)-drop+len(out)), st.recent[drop:]...)
+	// The window slides along its array and appends in place: no element
+	// of it is ever written twice, so the views Follow hands out (capped at
+	// their length) stay as they are. When the array is full the window
+	// moves to a fresh one with room for as many events again, so a session
+	// allocates once every window's worth of events, not once a batch; the
+	// dropped events the old array still holds go with it.
+	st.recent = st.recent[drop:]
+	if cap(st.recent)-len(st.recent) < len(out) {
+		st.recent = append(make([]protocol.Event, 0, 2*(len(st.recent)+len(out))), st.recent...)
 	}
 	st.recent = append(st.recent, out...)
 	st.recentBytes += size
