@@ -12,6 +12,18 @@ import (
 	"github.com/a2-runtime/a2/protocol"
 )
 
+// openInMemory opens a store on Pebble's in-memory filesystem, closed
+// when the test ends.
+func openInMemory(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open("db", Options{FS: vfs.NewMem(), Logger: testLogger{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func notes(prefix string, n int, payload string) []protocol.Event {
 	out := make([]protocol.Event, n)
 	for i := range out {
@@ -28,11 +40,7 @@ func notes(prefix string, n int, payload string) []protocol.Event {
 // as before, and gets the same events.
 func TestAFollowerStartsFromTheRecentEvents(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open("db", Options{FS: vfs.NewMem(), Logger: testLogger{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openInMemory(t)
 	var last uint64
 	appendBatch := func(session string, batch []protocol.Event) {
 		t.Helper()
@@ -118,11 +126,7 @@ func TestAFollowerStartsFromTheRecentEvents(t *testing.T) {
 // starts anywhere in the window gets what the log holds.
 func TestTheRecentEventsSlideWithoutChangingWhatWasHandedOut(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open("db", Options{FS: vfs.NewMem(), Logger: testLogger{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openInMemory(t)
 	var last uint64
 	type held struct {
 		events []protocol.Event
