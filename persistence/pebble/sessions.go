@@ -39,7 +39,10 @@ type sessionState struct {
 	// entry): a follower that starts within them reads no log (Follow).
 	recent      []protocol.Event
 	recentBytes int
-	recentGen   uint64
+	// recentDropped is the payload the window dropped that its array
+	// still holds (keepRecent).
+	recentDropped int
+	recentGen     uint64
 
 	refs int // calls holding this state; guarded by registry.mu
 }
@@ -81,7 +84,7 @@ func (r *recentTails) add(st *sessionState, gen uint64) {
 	if old.st != nil {
 		old.st.mu.Lock()
 		if old.st.recentGen == old.gen {
-			old.st.recent, old.st.recentBytes = nil, 0
+			old.st.recent, old.st.recentBytes, old.st.recentDropped = nil, 0, 0
 		}
 		old.st.mu.Unlock()
 	}
@@ -93,26 +96,29 @@ func (r *recentTails) add(st *sessionState, gen uint64) {
 func (st *sessionState) keepRecent(out []protocol.Event, size int) uint64 {
 	st.recentGen++
 	if size > recentBytes || len(out) > recentEvents {
-		st.recent, st.recentBytes = nil, 0
+		st.recent, st.recentBytes, st.recentDropped = nil, 0, 0
 		return st.recentGen
 	}
 	if n := len(st.recent); n == 0 || st.recent[n-1].Index+1 != out[0].Index {
-		st.recent, st.recentBytes = nil, 0
+		st.recent, st.recentBytes, st.recentDropped = nil, 0, 0
 	}
 	drop := 0
 	for st.recentBytes+size > recentBytes || len(st.recent)-drop+len(out) > recentEvents {
 		st.recentBytes -= len(st.recent[drop].Payload)
+		st.recentDropped += len(st.recent[drop].Payload)
 		drop++
 	}
 	// The window slides along its array and appends in place: no element
 	// of it is ever written twice, so the views Follow hands out (capped at
-	// their length) stay as they are. When the array is full the window
-	// moves to a fresh one with room for as many events again, so a session
-	// allocates once every window's worth of events, not once a batch; the
-	// dropped events the old array still holds go with it.
+	// their length) stay as they are. When the array is full, or the events
+	// it dropped hold more than a window's bytes, the window moves to a
+	// fresh array with room for as many events again: a session allocates
+	// once every window's worth of events, not once a batch, and keeps at
+	// most about twice a window's payload alive.
 	st.recent = st.recent[drop:]
-	if cap(st.recent)-len(st.recent) < len(out) {
+	if cap(st.recent)-len(st.recent) < len(out) || st.recentDropped > recentBytes {
 		st.recent = append(make([]protocol.Event, 0, 2*(len(st.recent)+len(out))), st.recent...)
+		st.recentDropped = 0
 	}
 	st.recent = append(st.recent, out...)
 	st.recentBytes += size
