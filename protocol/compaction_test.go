@@ -202,3 +202,38 @@ func TestACompletionWithoutInputTokensKeepsTheCalibration(t *testing.T) {
 		t.Fatalf("calibration %+v after a completion without input tokens, want g1's {m 4000 1500}", s.Calibration)
 	}
 }
+
+// A settled message can hold a tool call without a result: an assistant
+// message seeded by trusted code (an imported conversation) whose call was
+// never answered. The cached deferral keeps it, as the whole computation
+// does, through the turns after it (R-COMPACT-24: earlier tool calls have final
+// results; DeferralCache).
+func TestTheCachedDeferralKeepsASettledMessagesCall(t *testing.T) {
+	s := NewAIState()
+	var log []Event
+	var cache DeferralCache
+	check := func(when string) {
+		t.Helper()
+		want := CompactionDeferral(s, false)
+		if !strings.Contains(want, "c9") {
+			t.Fatalf("%s: CompactionDeferral = %q, want it to name the imported call c9", when, want)
+		}
+		if got := cache.Deferral(s, false); got != want {
+			t.Fatalf("%s: the cached deferral is %q, the whole computation's %q", when, got, want)
+		}
+	}
+	drive(t, s, &log, Inputs.Seed(UIMessage{ID: "imported", Role: RoleAssistant,
+		Parts: []Part{{Type: "tool-x", ToolCallID: "c9", State: ToolInputAvailable, Input: []byte(`{}`)}}}))
+	if s.isActiveResponse("imported") {
+		t.Fatal("the seeded message is an active response: the test needs it settled")
+	}
+	check("after the seed")
+	drive(t, s, &log, Inputs.Text("u1", "hi"))
+	check("after a user message")
+	work(t, s, &log, TypeGenerationStarted, GenerationStarted{GenerationID: "g1", RequestID: s.ActiveRequestID, Attempt: 1})
+	work(t, s, &log, TypeGenerationProgress, GenerationProgress{GenerationID: "g1", Chunks: []UIMessageChunk{
+		{Type: ChunkTextStart, ID: "t1"}, {Type: ChunkTextDelta, ID: "t1", Delta: "hello"}, {Type: ChunkTextEnd, ID: "t1"}}})
+	check("while a step streams")
+	work(t, s, &log, TypeGenerationCompleted, GenerationCompleted{GenerationID: "g1", FinishReason: "stop"})
+	check("after the turn")
+}
