@@ -115,6 +115,7 @@ export class Session {
   /** @type {ReturnType<typeof setTimeout> | undefined} */ #gc;
   /** @type {Set<() => void>} */ #listeners = new Set();
   /** @type {Map<string, () => void>} pushed event ID -> confirmed */ #waiting = new Map();
+  /** @type {Map<string, number>} pushed event ID -> its index, once persisted and still waiting */ #persistedAt = new Map();
   #index = 0;
   /** @type {Connection} */ #connection = "connecting";
   /** @type {AbortController | null} */ #abort = null;
@@ -321,6 +322,7 @@ export class Session {
       this.#index = body.index;
       this.#hydrated = true;
       this.#hydratedAt = body.index;
+      this.#confirmPassed();
       this.#changed();
     } catch {
       if (this.closed) return;
@@ -406,10 +408,32 @@ export class Session {
       const confirm = this.#waiting.get(ev.id);
       if (confirm) {
         this.#waiting.delete(ev.id);
+        this.#persistedAt.delete(ev.id);
         confirm();
       }
     }
     this.#changed();
+  }
+
+  // Confirms the pushed events the session's index has passed without the
+  // stream carrying them: a push persisted before the state the session
+  // hydrated from was read (an action made before the fold loaded races
+  // the hydration). A command is decided in the batch it is appended in, so
+  // the hydrated state holds its decision too: its optimistic display goes,
+  // as its receipt would have taken it. Returns whether any was confirmed.
+  #confirmPassed() {
+    let any = false;
+    for (const [id, index] of this.#persistedAt) {
+      if (!this.#hydrated || index > this.#index) continue;
+      this.#persistedAt.delete(id);
+      const confirm = this.#waiting.get(id);
+      if (!confirm) continue;
+      this.#waiting.delete(id);
+      this.#fold?.fail(this.#h, id); // not a failure: the confirmed state has it
+      confirm();
+      any = true;
+    }
+    return any;
   }
 
   /**
@@ -434,11 +458,16 @@ export class Session {
         });
         if (!res.ok) throw await errorOf(res);
         const body = /** @type {{ events: Event[] }} */ (await res.json());
+        for (const ev of body.events) {
+          if (this.#waiting.has(ev.id) && ev.index) this.#persistedAt.set(ev.id, ev.index);
+        }
+        if (this.#confirmPassed()) this.#changed();
         return body.events;
       } catch (err) {
         for (const ev of events) {
           this.#fold?.fail(this.#h, ev.id);
           this.#waiting.delete(ev.id);
+          this.#persistedAt.delete(ev.id);
         }
         this.#changed();
         throw err;

@@ -174,6 +174,35 @@ test("actions made before the fold loads wait for it", { timeout: 60000 }, async
   assert.equal(text(st.messages[0]), "hello early");
 });
 
+test("an action persisted before the session hydrates is confirmed by the state it hydrates from", { timeout: 60000 }, async () => {
+  // The state is read only once the push was answered: the hydrated index
+  // is past the pushed event, which the stream (from that index) never
+  // carries.
+  let pushed;
+  const pushAnswered = new Promise((r) => (pushed = r));
+  const fetchAfterPush = async (url, init) => {
+    if (String(url).endsWith("/state")) await pushAnswered;
+    const res = await fetch(url, init);
+    if (init?.method === "POST") pushed();
+    return res;
+  };
+  let loadNow;
+  const gate = new Promise((r) => (loadNow = r));
+  const c = createAgentClient({ api: `${base}/v1/agents/assistant`, fold: gate.then(() => loadFold(readFileSync(wasm))), fetch: fetchAfterPush });
+  const s = c.session(`t7b-${process.pid}`);
+  opened.add(s);
+  const sent = s.sendMessage("hello before hydration");
+  loadNow();
+  const [ev] = await sent;
+  await s.waitFor(() => s.hydrated);
+  assert.ok(s.snapshot.confirmed.messages.length >= 1, "the hydrated state holds the message");
+  let confirmed = false;
+  await Promise.race([sent.confirmed.then(() => (confirmed = true)), new Promise((r) => setTimeout(r, 10000))]);
+  assert.equal(confirmed, true, `the push of ${ev.id} was not confirmed within 10 s of the hydration that holds it`);
+  const st = await s.waitFor((v) => idle(v) && v.messages.length === 2);
+  assert.equal(text(st.messages[0]), "hello before hydration", "the message shows once, not again as pending");
+});
+
 test("a session no one retains closes after gcTime; a retained one stays open", { timeout: 60000 }, async () => {
   const c = createAgentClient({ api: `${base}/v1/agents/assistant`, fold: loadFold(readFileSync(wasm)), gcTime: 50 });
   const kept = c.session(`t8a-${process.pid}`);
