@@ -225,3 +225,37 @@ func FuzzAppendJSONString(f *testing.F) {
 		}
 	})
 }
+
+// An ended turn's response keeps an array of parts of its own length: the
+// one that grew by doubling while it streamed would keep up to twice the
+// memory for as long as the session is in memory.
+func TestAnEndedResponseKeepsNoSpareParts(t *testing.T) {
+	s := NewAIState()
+	var log []Event
+	drive(t, s, &log, Inputs.Text("u1", "hi"))
+	resp := s.Active.ResponseMessageID
+	work(t, s, &log, TypeGenerationStarted, GenerationStarted{GenerationID: "g1", RequestID: s.ActiveRequestID, Attempt: 1})
+	chunks := []UIMessageChunk{{Type: ChunkStartStep}}
+	for _, id := range []string{"t1", "t2", "t3", "t4"} {
+		chunks = append(chunks, UIMessageChunk{Type: ChunkTextStart, ID: id}, UIMessageChunk{Type: ChunkTextDelta, ID: id, Delta: id}, UIMessageChunk{Type: ChunkTextEnd, ID: id})
+	}
+	work(t, s, &log, TypeGenerationProgress, GenerationProgress{GenerationID: "g1", Chunks: chunks})
+	msg := s.message(resp)
+	if msg == nil || len(msg.Parts) != 5 {
+		t.Fatalf("the response has %v, want 5 parts", msg)
+	}
+	if cap(msg.Parts) == len(msg.Parts) {
+		t.Fatal("the streaming response's parts have no spare room: the test needs an array that grew by doubling")
+	}
+	work(t, s, &log, TypeGenerationCompleted, GenerationCompleted{GenerationID: "g1", FinishReason: "stop"})
+	if s.Active != nil {
+		t.Fatal("the turn did not end")
+	}
+	msg = s.message(resp)
+	if len(msg.Parts) != 5 || cap(msg.Parts)-len(msg.Parts) >= 2 {
+		t.Fatalf("the ended response has %d parts in an array of %d", len(msg.Parts), cap(msg.Parts))
+	}
+	if msg.Parts[4].Text != "t4" || msg.Parts[0].Type != PartStepStart {
+		t.Fatalf("the parts changed: %+v", msg.Parts)
+	}
+}

@@ -193,6 +193,7 @@ func (s *AIState) dropDrafts(msg *TranscriptMessage, from int) {
 // including approvals and input requests nobody answered.
 func (s *AIState) endTurn() {
 	if a := s.Active; a != nil {
+		s.trimParts(a.ResponseMessageID)
 		for _, id := range sortedKeys(s.PendingApprovals) {
 			if t, ok := s.Tools[s.PendingApprovals[id].ToolCallID]; !ok || t.ResponseID == a.ResponseMessageID {
 				delete(s.PendingApprovals, id)
@@ -209,6 +210,20 @@ func (s *AIState) endTurn() {
 	s.ActiveRequestReason = ""
 	s.ActiveRequestSourceGenerationID = ""
 	s.ActiveResponseMessageID = ""
+}
+
+// trimParts gives an ended turn's response message an array of parts of
+// its own length: a part is a large struct (about 512 bytes), and the array
+// that grew by doubling while the response streamed is up to twice that,
+// kept for as long as the session is in memory. A part appended later (a
+// retry of the response) grows it again.
+func (s *AIState) trimParts(responseID string) {
+	if responseID == "" {
+		return
+	}
+	if msg := s.message(responseID); msg != nil && cap(msg.Parts)-len(msg.Parts) >= 2 {
+		msg.Parts = slices.Clone(msg.Parts)
+	}
 }
 
 // cutProjection rebuilds the active response from its recovery base and the
