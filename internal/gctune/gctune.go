@@ -51,7 +51,7 @@ const (
 
 // Settings are collector settings; a zero field leaves that setting as it is.
 type Settings struct {
-	Percent int   // debug.SetGCPercent: the heap goal, the most it may be
+	Percent int   // debug.SetGCPercent: the heap goal (with a Headroom, its most)
 	Limit   int64 // debug.SetMemoryLimit, in bytes
 	// Headroom, when not zero, bounds the heap's growth past what is live
 	// to this many bytes: after each collection the heap goal is set to
