@@ -127,24 +127,14 @@ func rawRoundTrips(r json.RawMessage) bool {
 	if len(r) == 0 {
 		return false
 	}
-	inString, escaped := false, false
+	var str jsonStrings
 	for i, b := range r {
 		switch {
 		case b == '<' || b == '>' || b == '&':
 			return false
 		case b == 0xE2 && i+2 < len(r) && r[i+1] == 0x80 && (r[i+2] == 0xA8 || r[i+2] == 0xA9):
 			return false
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case b == '\\':
-				escaped = true
-			case b == '"':
-				inString = false
-			}
-		case b == '"':
-			inString = true
+		case str.next(b):
 		case b == ' ' || b == '\t' || b == '\n' || b == '\r':
 			return false
 		}
