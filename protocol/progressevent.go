@@ -23,8 +23,8 @@ type decodedProgress struct {
 // decoded as well: Fold applies it without decoding the payload again,
 // which is most of the cost of folding a progress batch the runtime has
 // just built. The result is the same as folding the payload: a chunk whose
-// JSON does not decode back to itself (raw JSON that encoding compacts or
-// escapes; strings that are not valid UTF-8) is kept as its decoding.
+// JSON does not decode back to itself (raw JSON fields, which encoding
+// compacts; strings that are not valid UTF-8) is kept as its decoding.
 func NewProgressEvent(id, cause string, p GenerationProgress) (Event, error) {
 	gen, err := json.Marshal(p.GenerationID)
 	if err != nil {
@@ -99,9 +99,9 @@ func (e Event) Plain() Event {
 	return e
 }
 
-// roundTrips reports whether c's JSON decodes to c itself: raw JSON fields
-// that encoding leaves as they are (rawRoundTrips) and only valid UTF-8
-// strings (encoding replaces invalid bytes).
+// roundTrips reports whether c's JSON decodes to c itself: no raw JSON
+// field (encoding compacts them) and only valid UTF-8 strings (encoding
+// replaces invalid bytes).
 func roundTrips(c *UIMessageChunk) bool {
 	for _, r := range [...]json.RawMessage{c.Input, c.Output, c.ApprovalDesc, c.Data, c.MessageMeta, c.ToolMetadata, c.ProviderMetadata} {
 		if r != nil && !rawRoundTrips(r) {
