@@ -346,31 +346,6 @@ func MergeMetadata(base, patch json.RawMessage) json.RawMessage {
 	return out
 }
 
-// jsonStrings follows, byte by byte, whether a scan of JSON text is inside
-// a string.
-type jsonStrings struct{ in, escaped bool }
-
-// next takes the scan past b and reports whether b belongs to a string,
-// its quotes included.
-func (s *jsonStrings) next(b byte) bool {
-	switch {
-	case s.in:
-		switch {
-		case s.escaped:
-			s.escaped = false
-		case b == '\\':
-			s.escaped = true
-		case b == '"':
-			s.in = false
-		}
-		return true
-	case b == '"':
-		s.in = true
-		return true
-	}
-	return false
-}
-
 // ParsePartialJSON parses the prefix of a JSON value as streamed tool
 // arguments arrive (OQ-39): it closes open strings, arrays and objects, drops
 // a dangling key or separator, and returns the completed value. ok is false
@@ -386,13 +361,23 @@ func ParsePartialJSON(text string) (json.RawMessage, bool) {
 		return json.RawMessage(t), true
 	}
 	var stack []byte
-	var str jsonStrings
+	inString, escaped := false, false
 	for i := 0; i < len(t); i++ {
 		ch := t[i]
-		if str.next(ch) {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case ch == '\\':
+				escaped = true
+			case ch == '"':
+				inString = false
+			}
 			continue
 		}
 		switch ch {
+		case '"':
+			inString = true
 		case '{', '[':
 			stack = append(stack, ch)
 		case '}', ']':
@@ -403,8 +388,8 @@ func ParsePartialJSON(text string) (json.RawMessage, bool) {
 		}
 	}
 	candidate := t
-	if str.in {
-		if str.escaped {
+	if inString {
+		if escaped {
 			candidate = candidate[:len(candidate)-1]
 		}
 		candidate += `"`

@@ -127,14 +127,24 @@ func rawRoundTrips(r json.RawMessage) bool {
 	if len(r) == 0 {
 		return false
 	}
-	var str jsonStrings
+	inString, escaped := false, false
 	for i, b := range r {
 		switch {
 		case b == '<' || b == '>' || b == '&':
 			return false
 		case b == 0xE2 && i+2 < len(r) && r[i+1] == 0x80 && (r[i+2] == 0xA8 || r[i+2] == 0xA9):
 			return false
-		case str.next(b):
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case b == '\\':
+				escaped = true
+			case b == '"':
+				inString = false
+			}
+		case b == '"':
+			inString = true
 		case b == ' ' || b == '\t' || b == '\n' || b == '\r':
 			return false
 		}
