@@ -104,48 +104,13 @@ func (e Event) Plain() Event {
 // replaces invalid bytes).
 func roundTrips(c *UIMessageChunk) bool {
 	for _, r := range [...]json.RawMessage{c.Input, c.Output, c.ApprovalDesc, c.Data, c.MessageMeta, c.ToolMetadata, c.ProviderMetadata} {
-		if r != nil && !rawRoundTrips(r) {
+		if r != nil {
 			return false
 		}
 	}
 	for _, s := range [...]string{c.Type, c.ID, c.Delta, c.ErrorText, c.ToolCallID, c.ToolName, c.InputTextDelta, c.InputEncoding,
 		c.Title, c.ApprovalID, c.Signature, c.SourceID, c.URL, c.MediaType, c.Filename, c.MessageID, c.FinishReason, c.Reason} {
 		if !utf8.ValidString(s) {
-			return false
-		}
-	}
-	return true
-}
-
-// rawRoundTrips reports whether raw JSON decodes back to the same bytes
-// once encoded: json.Marshal compacts a RawMessage and escapes <, > and &
-// and U+2028 and U+2029 in it, so raw JSON that is compact and holds none
-// of them does (a tool call's input as a model sends it, usually). Empty
-// raw JSON, which encoding omits, does not. Raw that is not JSON fails the
-// encoding before this matters.
-func rawRoundTrips(r json.RawMessage) bool {
-	if len(r) == 0 {
-		return false
-	}
-	inString, escaped := false, false
-	for i, b := range r {
-		switch {
-		case b == '<' || b == '>' || b == '&':
-			return false
-		case b == 0xE2 && i+2 < len(r) && r[i+1] == 0x80 && (r[i+2] == 0xA8 || r[i+2] == 0xA9):
-			return false
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case b == '\\':
-				escaped = true
-			case b == '"':
-				inString = false
-			}
-		case b == '"':
-			inString = true
-		case b == ' ' || b == '\t' || b == '\n' || b == '\r':
 			return false
 		}
 	}
