@@ -105,6 +105,17 @@ func TestStaleWorkerLearnsItIsStale(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// Each runtime's start-up scan activates the sessions with work it
+	// finds: were B's to run after A's first write, B would take s1 over
+	// before A's attempt reaches its model and tool (CI saw it on a loaded
+	// machine). The scans end before the session is written.
+	for _, rt := range []*Runtime{rtA, rtB} {
+		select {
+		case <-rt.Recovered():
+		case <-ctx.Done():
+			t.Fatal("a runtime's start-up scan did not end")
+		}
+	}
 	if _, err := rtA.Push(ctx, "assistant", "s1", []protocol.Event{protocol.Inputs.Text("m1", "start")}, false); err != nil {
 		t.Fatal(err)
 	}
